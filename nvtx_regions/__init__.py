@@ -1,0 +1,45 @@
+"""nvtx_regions: choose which parts of a thunder trace become NVTX ranges.
+
+    import thunder
+    from nvtx_regions import NvtxProfileTransform
+    jm = thunder.jit(model, transforms=[NvtxProfileTransform(select="op in <linear, nvFusion*>")])
+
+`parse`, `load` and `render` work without importing thunder or torch;
+`NvtxProfileTransform` and `explain` import thunder on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .errors import NvtxRegionsWarning, SelectorError, SelectorSyntaxError
+from .parse import load, parse
+from .tree import render
+
+if TYPE_CHECKING:
+    from .explain import explain
+    from .transform import NvtxProfileTransform
+
+__all__ = [
+    "NvtxProfileTransform",
+    "explain",
+    "parse",
+    "load",
+    "render",
+    "SelectorError",
+    "SelectorSyntaxError",
+    "NvtxRegionsWarning",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # Thunder takes seconds to import; only the transform needs it.
+    if name == "NvtxProfileTransform":
+        from .transform import NvtxProfileTransform
+
+        return NvtxProfileTransform
+    if name == "explain":
+        from .explain import explain
+
+        return explain
+    raise AttributeError(f"module 'nvtx_regions' has no attribute {name!r}")

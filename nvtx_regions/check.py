@@ -1,0 +1,95 @@
+"""No silent nothing: find the rules that selected nothing, and say why.
+
+A `RuleTally` gathers the plans of some traces (one compilation: a forward
+trace and its backward, if one follows; or, under ThunderFX, every subgraph
+seen so far) and reports each rule that produced no range, naming the rule
+and, for names that are in none of those traces, the nearest names that are.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import warnings
+from dataclasses import dataclass, field
+
+from .compile import CompiledRule, CompiledSpec
+from .errors import NvtxRegionsWarning, SelectorError
+from .plan import Plan
+from .traceview import TraceView
+from .tree import Between, Expr, First, Last, Not, OpIn, Or, And, Proxy, Reads
+
+__all__ = ["RuleTally"]
+
+
+def _parts(expr: Expr):
+    yield expr
+    if isinstance(expr, (And, Or)):
+        for operand in expr.operands:
+            yield from _parts(operand)
+    elif isinstance(expr, Not):
+        yield from _parts(expr.operand)
+    elif isinstance(expr, Between):
+        for point in (expr.start, expr.end):
+            if isinstance(point, (First, Last)):
+                yield from _parts(point.expr)
+            else:
+                yield point
+
+
+@dataclass
+class RuleTally:
+    spec: CompiledSpec
+    views: list[TraceView] = field(default_factory=list)
+    ranges: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.ranges = [0] * len(self.spec.rules)
+
+    def add(self, plan: Plan, view: TraceView | None = None) -> None:
+        """Count `plan`'s ranges; `view`, when given, lets `report` suggest names."""
+        if view is not None:
+            self.views.append(view)
+        for number, count in enumerate(plan.ranges_per_rule):
+            self.ranges[number] += count
+
+    def unselected(self) -> list[CompiledRule]:
+        return [rule for rule in self.spec.rules if self.ranges[rule.number] == 0]
+
+    def report(self, *, strict: bool, where: str) -> None:
+        """Warn (or with `strict`, raise `SelectorError`) for each rule that selected nothing."""
+        problems = [f"{rule.describe()} selected nothing in {where}{self._why(rule)}" for rule in self.unselected()]
+        if not problems:
+            return
+        if strict:
+            raise SelectorError("; ".join(problems))
+        for problem in problems:
+            warnings.warn(problem, NvtxRegionsWarning, stacklevel=4)
+
+    def _why(self, rule: CompiledRule) -> str:
+        op_names = sorted({op.name for view in self.views for op in view.ops})
+        notes = []
+        for part in _parts(rule.rule.expr):
+            if isinstance(part, Proxy):
+                if not any(
+                    view.region_start(part.name) is not None or view.region_end(part.name) is not None
+                    for view in self.views
+                ):
+                    candidates = sorted({n for view in self.views for n in view.proxy_names})
+                    notes.append(self._missing(f"proxy {part.name!r}", part.name, candidates, verb="is produced by no compute op and is no argument"))
+            elif isinstance(part, OpIn):
+                for glob in part.globs:
+                    if not any(fnmatch.fnmatchcase(name, glob) for name in op_names):
+                        notes.append(self._missing(f"op {glob!r}", glob, op_names))
+            elif isinstance(part, Reads):
+                names = sorted({n for view in self.views for n in view.by_read})
+                for glob in part.globs:
+                    if not any(fnmatch.fnmatchcase(name, glob) for name in names):
+                        notes.append(self._missing(f"read {glob!r}", glob, names))
+        return ("; " + "; ".join(notes)) if notes else ""
+
+    @staticmethod
+    def _missing(what: str, name: str, candidates: list[str], verb: str = "matches nothing") -> str:
+        close = difflib.get_close_matches(name, candidates, n=3, cutoff=0.5)
+        hint = f" (nearest: {', '.join(close)})" if close else ""
+        return f"{what} {verb} in these traces{hint}"

@@ -1,0 +1,330 @@
+"""Spec tree to compiled rules: selections over a `TraceView`, computed as bitsets.
+
+Compile once, evaluate many times: every error that depends only on the
+spec's text is raised by `compile_spec`. Evaluating a compiled rule on a trace
+raises only for what the trace decides (a region whose end comes before its
+start).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+from .errors import SelectorError
+from .traceview import Phase, TraceView
+from .tree import (
+    All,
+    And,
+    Backward,
+    Between,
+    Endpoint,
+    Expr,
+    First,
+    Forward,
+    Last,
+    Not,
+    OpIn,
+    Or,
+    Proxy,
+    RankIn,
+    Reads,
+    Rule,
+    Spec,
+    Steps,
+    render,
+)
+
+__all__ = ["Gate", "CompiledRule", "CompiledSpec", "compile_spec", "RegionOrderError"]
+
+Selector = Callable[[TraceView], int]
+
+
+class RegionOrderError(SelectorError):
+    """A region's endpoints resolve in a trace, but its end comes before its start."""
+
+
+@dataclass(frozen=True)
+class Gate:
+    """A run-time condition: on these ranks, during these calls (steps) of a compiled function.
+
+    `None` for either part means "any".
+    """
+
+    ranks: frozenset[int] | None = None
+    first_step: int | None = None
+    last_step: int | None = None
+
+    def is_open(self, rank: int, step: int) -> bool:
+        if self.ranks is not None and rank not in self.ranks:
+            return False
+        if self.first_step is not None and step < self.first_step:
+            return False
+        return self.last_step is None or step <= self.last_step
+
+    def text(self) -> str:
+        parts = []
+        if self.ranks is not None:
+            parts.append(f"rank in <{', '.join(map(str, sorted(self.ranks)))}>")
+        if self.first_step is not None:
+            parts.append(f"steps {self.first_step}..{'' if self.last_step is None else self.last_step}")
+        return " and ".join(parts)
+
+
+@dataclass(frozen=True)
+class FoundEndpoint:
+    """A compiled ``first(...)``/``last(...)`` endpoint: the first or last compute op its filter selects."""
+
+    text: str
+    first: bool
+    select: Selector
+
+
+CompiledEndpoint = Proxy | FoundEndpoint
+
+
+def _endpoint_text(point: CompiledEndpoint) -> str:
+    return point.name if isinstance(point, Proxy) else point.text
+
+
+@dataclass(frozen=True)
+class RegionSelector:
+    """A bare region: one range around [start, end] in each trace where both resolve."""
+
+    start: CompiledEndpoint
+    end: CompiledEndpoint
+    phase: Phase | None  # None: forward and backward traces alike
+    never: bool = False  # `forward and backward`: no trace is both
+
+
+@dataclass(frozen=True)
+class CompiledRule:
+    """One rule, ready to evaluate. Exactly one of `region` and `select` is set."""
+
+    rule: Rule
+    number: int  # 0-based position in the spec
+    region: RegionSelector | None
+    select: Selector | None
+    gate: Gate | None
+    filename: str
+
+    def describe(self) -> str:
+        return self.rule.describe(self.filename)
+
+    def region_bounds(self, view: TraceView) -> tuple[int, int] | None:
+        """The (start, end) compute positions of this rule's region in `view`, or None."""
+        region = self.region
+        assert region is not None
+        if region.never or (region.phase is not None and region.phase != view.phase):
+            return None
+        return _bounds(region.start, region.end, view, self)
+
+
+@dataclass(frozen=True)
+class CompiledSpec:
+    rules: tuple[CompiledRule, ...]
+    spec: Spec
+
+    @property
+    def has_gates(self) -> bool:
+        return any(rule.gate is not None for rule in self.rules)
+
+
+def _glob_matcher(globs: tuple[str, ...]) -> Callable[[str], bool]:
+    # fnmatchcase semantics (case-sensitive on every OS), one regex per rule.
+    pattern = re.compile("|".join(f"(?:{fnmatch.translate(g)})" for g in globs))
+    return lambda name: pattern.match(name) is not None
+
+
+def _endpoint_position(point: CompiledEndpoint, view: TraceView, *, start: bool) -> int | None:
+    if isinstance(point, Proxy):
+        return view.region_start(point.name) if start else view.region_end(point.name)
+    mask = point.select(view)
+    if not mask:
+        return None
+    if point.first:
+        return (mask & -mask).bit_length() - 1
+    return mask.bit_length() - 1
+
+
+def _bounds(
+    start: CompiledEndpoint, end: CompiledEndpoint, view: TraceView, rule: CompiledRule | None
+) -> tuple[int, int] | None:
+    first = _endpoint_position(start, view, start=True)
+    if first is None:
+        return None
+    last = _endpoint_position(end, view, start=False)
+    if last is None:
+        return None
+    if last < first:
+        who = rule.describe() if rule is not None else "a region"
+        raise RegionOrderError(
+            f"{who}: in the {view.phase} trace {view.name!r} the region ends at {_endpoint_text(end)} "
+            f"(op #{last}: {view.ops[last].name}) before it starts at {_endpoint_text(start)} "
+            f"(op #{first}: {view.ops[first].name}); swap the endpoints"
+        )
+    return first, last
+
+
+def _span(first: int, last: int) -> int:
+    return ((1 << (last + 1)) - 1) ^ ((1 << first) - 1)
+
+
+def _conjuncts(expr: Expr) -> list[Expr]:
+    return list(expr.operands) if isinstance(expr, And) else [expr]
+
+
+def _walk(expr: Expr) -> Iterator[Expr]:
+    yield expr
+    if isinstance(expr, (And, Or)):
+        for operand in expr.operands:
+            yield from _walk(operand)
+    elif isinstance(expr, Not):
+        yield from _walk(expr.operand)
+    elif isinstance(expr, Between):
+        for point in (expr.start, expr.end):
+            if isinstance(point, (First, Last)):
+                yield from _walk(point.expr)
+
+
+class _Compiler:
+    def __init__(self, rule: Rule, describe: str) -> None:
+        self.rule = rule
+        self.describe = describe
+        self.compiled: CompiledRule | None = None
+
+    def error(self, message: str) -> SelectorError:
+        return SelectorError(f"{self.describe}: {message}")
+
+    def expr(self, expr: Expr) -> Selector:
+        if isinstance(expr, OpIn):
+            matches = _glob_matcher(expr.globs)
+
+            def op_in(view: TraceView) -> int:
+                mask = 0
+                for name, names_mask in view.by_name.items():
+                    if matches(name):
+                        mask |= names_mask
+                return mask
+
+            return op_in
+        if isinstance(expr, Reads):
+            matches = _glob_matcher(expr.globs)
+
+            def reads(view: TraceView) -> int:
+                mask = 0
+                for name, names_mask in view.by_read.items():
+                    if matches(name):
+                        mask |= names_mask
+                return mask
+
+            return reads
+        if isinstance(expr, Between):
+            start, end = self.endpoint(expr.start), self.endpoint(expr.end)
+
+            def between(view: TraceView) -> int:
+                bounds = _bounds(start, end, view, self.compiled)
+                return 0 if bounds is None else _span(*bounds)
+
+            return between
+        if isinstance(expr, Forward):
+            return lambda view: view.everything if view.phase == "forward" else 0
+        if isinstance(expr, Backward):
+            return lambda view: view.everything if view.phase == "backward" else 0
+        if isinstance(expr, All):
+            return lambda view: view.everything
+        if isinstance(expr, Not):
+            inner = self.expr(expr.operand)
+            return lambda view: view.everything & ~inner(view)
+        if isinstance(expr, And):
+            parts = [self.expr(e) for e in expr.operands]
+
+            def conjunction(view: TraceView) -> int:
+                mask = view.everything
+                for part in parts:
+                    mask &= part(view)
+                    if not mask:
+                        break
+                return mask
+
+            return conjunction
+        if isinstance(expr, Or):
+            parts = [self.expr(e) for e in expr.operands]
+
+            def disjunction(view: TraceView) -> int:
+                mask = 0
+                for part in parts:
+                    mask |= part(view)
+                return mask
+
+            return disjunction
+        if isinstance(expr, (RankIn, Steps)):
+            raise self.error(
+                f"{render(expr)!r} is decided at run time, so it can only be joined with 'and' "
+                "at the top of a rule (not under 'not', 'or' or first()/last()); "
+                f"write e.g. 'op in <linear> and {render(expr)}'"
+            )
+        raise TypeError(f"not a spec expression: {expr!r}")
+
+    def endpoint(self, point: Endpoint) -> CompiledEndpoint:
+        if isinstance(point, Proxy):
+            return point
+        keyword = "first" if isinstance(point, First) else "last"
+        return FoundEndpoint(f"{keyword}({render(point.expr)})", isinstance(point, First), self.expr(point.expr))
+
+    def gate(self, gates: list[Expr]) -> Gate | None:
+        if not gates:
+            return None
+        ranks: frozenset[int] | None = None
+        first: int | None = None
+        last: int | None = None
+        for expr in gates:
+            if isinstance(expr, RankIn):
+                these = frozenset(expr.ranks)
+                ranks = these if ranks is None else ranks & these
+            else:
+                assert isinstance(expr, Steps)
+                first = expr.first if first is None else max(first, expr.first)
+                if expr.last is not None:
+                    last = expr.last if last is None else min(last, expr.last)
+        return Gate(ranks, first, last)
+
+
+def _region(operands: list[Expr]) -> tuple[Between, Phase | None, bool] | None:
+    """If `operands` (the non-gate conjuncts of a rule) form a bare region, describe it."""
+    betweens = [e for e in operands if isinstance(e, Between)]
+    phases = [e for e in operands if isinstance(e, (Forward, Backward))]
+    if len(betweens) != 1 or len(betweens) + len(phases) != len(operands):
+        return None
+    kinds = {"forward" if isinstance(p, Forward) else "backward" for p in phases}
+    if len(kinds) > 1:
+        return betweens[0], None, True
+    return betweens[0], (kinds.pop() if kinds else None), False
+
+
+def compile_spec(spec: Spec) -> CompiledSpec:
+    """Compile every rule of `spec`. Raises `SelectorError` naming the rule for a
+    rule that cannot be evaluated (a run-time gate used under `not` or `or`)."""
+    compiled_rules = []
+    for number, rule in enumerate(spec.rules):
+        compiler = _Compiler(rule, rule.describe(spec.filename))
+        conjuncts = _conjuncts(rule.expr)
+        gates = [e for e in conjuncts if isinstance(e, (RankIn, Steps))]
+        rest = [e for e in conjuncts if not isinstance(e, (RankIn, Steps))]
+        for expr in rest:
+            for inner in _walk(expr):
+                if isinstance(inner, (RankIn, Steps)):
+                    compiler.expr(inner)  # raises the explanatory error
+        region = _region(rest)
+        if region is not None:
+            between, phase, never = region
+            selector = RegionSelector(compiler.endpoint(between.start), compiler.endpoint(between.end), phase, never)
+            compiled = CompiledRule(rule, number, selector, None, compiler.gate(gates), spec.filename)
+        else:
+            body: Expr = All() if not rest else rest[0] if len(rest) == 1 else And(tuple(rest))
+            compiled = CompiledRule(rule, number, None, compiler.expr(body), compiler.gate(gates), spec.filename)
+        compiler.compiled = compiled
+        compiled_rules.append(compiled)
+    return CompiledSpec(tuple(compiled_rules), spec)

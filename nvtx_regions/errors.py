@@ -1,0 +1,42 @@
+"""The errors and the warning nvtx_regions raises about a user's spec."""
+
+from __future__ import annotations
+
+__all__ = ["SelectorError", "SelectorSyntaxError", "NvtxRegionsWarning"]
+
+
+class SelectorError(ValueError):
+    """A spec cannot be used: bad file, conflicting regions, a region that ends
+    before it starts, or (with ``strict=True``) a rule that selects nothing."""
+
+
+class SelectorSyntaxError(SyntaxError, SelectorError):
+    """A spec's text does not parse.
+
+    Carries `filename` (the ``.nvtx`` path or ``<select>``), `lineno`, `offset`
+    (1-based column), `text` (the source line), `end_lineno` and `end_offset`,
+    so Python's own traceback shows ``spec.nvtx, line 3`` and a caret.
+    ``str(error)`` renders the location, the message and a caret line.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        filename: str,
+        lineno: int,
+        offset: int,
+        text: str,
+        end_offset: int | None = None,
+    ) -> None:
+        end = max(end_offset if end_offset is not None else offset + 1, offset + 1)
+        super().__init__(message, (filename, lineno, offset, text, lineno, end))
+
+    def __str__(self) -> str:
+        width = max(1, (self.end_offset or self.offset + 1) - self.offset)
+        caret = " " * (self.offset - 1) + "^" * width
+        return f"{self.filename}:{self.lineno}:{self.offset}: {self.msg}\n    {self.text}\n    {caret}"
+
+
+class NvtxRegionsWarning(UserWarning):
+    """A rule selected nothing in a compilation, or a name it uses is not in the trace."""

@@ -1,0 +1,133 @@
+"""Compiled spec + trace view -> a plan: the ranges to emit, properly nested.
+
+Promises:
+- Every range covers compute bound symbols only at its ends; a region may
+  span non-compute ones in between.
+- An op selected by several rules gets one range.
+- Regions with the same extent nest in rule order (the first rule outermost).
+- Regions that partially overlap raise `SelectorError` naming both rules,
+  because NVTX push/pop ranges must nest.
+- `ranges` are in push order: at a given bound symbol, outer before inner.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from .compile import CompiledSpec, Gate, _endpoint_text
+from .errors import SelectorError
+from .traceview import Phase, TraceView
+
+__all__ = ["PlannedRange", "Plan", "make_plan", "bit_positions"]
+
+GateKey = frozenset[Gate] | None  # None: always on
+
+
+@dataclass(frozen=True)
+class PlannedRange:
+    start: int  # index in trace.bound_symbols of the first bound symbol inside
+    end: int  # index of the last bound symbol inside
+    kind: Literal["op", "region"]
+    rules: tuple[int, ...]  # numbers of the rules that asked for it
+    label: str | None  # the region's message; None for an op range
+    gate: GateKey
+
+
+@dataclass(frozen=True)
+class Plan:
+    phase: Phase
+    trace_name: str
+    ranges: tuple[PlannedRange, ...]
+    # Per rule: how many ranges it produced, and which compute positions it selected.
+    ranges_per_rule: tuple[int, ...]
+    selected_per_rule: tuple[int, ...]  # bitsets over compute positions
+
+    @property
+    def empty(self) -> bool:
+        return not self.ranges
+
+
+def bit_positions(mask: int) -> list[int]:
+    """The positions of the set bits of `mask`, ascending."""
+    positions = []
+    while mask:
+        low = mask & -mask
+        positions.append(low.bit_length() - 1)
+        mask ^= low
+    return positions
+
+
+def _merge_gates(gates: list[Gate | None]) -> GateKey:
+    if any(gate is None for gate in gates):
+        return None
+    return frozenset(gates)  # type: ignore[arg-type]
+
+
+def make_plan(spec: CompiledSpec, view: TraceView) -> Plan:
+    """Plan the ranges of `spec` in one trace.
+
+    Raises `SelectorError` for partially overlapping regions, and
+    `RegionOrderError` (a `SelectorError`) for a region that ends before it starts.
+    """
+    regions: list[tuple[int, int, int, PlannedRange]] = []
+    op_rules: dict[int, list[int]] = {}
+    ranges_per_rule = [0] * len(spec.rules)
+    selected = [0] * len(spec.rules)
+    for rule in spec.rules:
+        if rule.region is not None:
+            bounds = rule.region_bounds(view)
+            if bounds is None:
+                continue
+            first, last = bounds
+            selected[rule.number] = ((1 << (last + 1)) - 1) ^ ((1 << first) - 1)
+            label = rule.rule.label
+            if label is None:
+                label = f"{_endpoint_text(rule.region.start)}..{_endpoint_text(rule.region.end)}"
+            start, end = view.ops[first].index, view.ops[last].index
+            planned = PlannedRange(start, end, "region", (rule.number,), label, _merge_gates([rule.gate]))
+            regions.append((start, -end, rule.number, planned))
+            ranges_per_rule[rule.number] += 1
+        else:
+            assert rule.select is not None
+            mask = rule.select(view)
+            selected[rule.number] = mask
+            for position in bit_positions(mask):
+                op_rules.setdefault(position, []).append(rule.number)
+            ranges_per_rule[rule.number] += bin(mask).count("1")
+
+    regions.sort(key=lambda item: item[:3])
+    _check_nesting([item[3] for item in regions], spec, view)
+
+    gates = {rule.number: rule.gate for rule in spec.rules}
+    op_ranges = []
+    for position in sorted(op_rules):
+        numbers = tuple(op_rules[position])
+        index = view.ops[position].index
+        op_ranges.append(
+            PlannedRange(index, index, "op", numbers, None, _merge_gates([gates[n] for n in numbers]))
+        )
+
+    # Push order: by start; at the same start, regions (outer to inner) before the op.
+    ordered = sorted(
+        [item[3] for item in regions] + op_ranges,
+        key=lambda r: (r.start, r.kind == "op", -r.end, r.rules[0]),
+    )
+    return Plan(view.phase, view.name, tuple(ordered), tuple(ranges_per_rule), tuple(selected))
+
+
+def _check_nesting(regions: list[PlannedRange], spec: CompiledSpec, view: TraceView) -> None:
+    stack: list[PlannedRange] = []
+    for region in regions:
+        while stack and stack[-1].end < region.start:
+            stack.pop()
+        if stack and stack[-1].end < region.end:
+            outer = spec.rules[stack[-1].rules[0]]
+            inner = spec.rules[region.rules[0]]
+            raise SelectorError(
+                f"{outer.describe()} and {inner.describe()} overlap without nesting in the "
+                f"{view.phase} trace {view.name!r} (bound symbols {stack[-1].start}..{stack[-1].end} "
+                f"and {region.start}..{region.end}); NVTX ranges must nest, so make one region "
+                "contain the other or keep them apart"
+            )
+        stack.append(region)

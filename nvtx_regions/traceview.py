@@ -1,0 +1,216 @@
+"""A read-only index of one trace: which bound symbols compute, and who produces
+and consumes each proxy name.
+
+Everything the planner asks is answered from indexes built once per trace
+(no quadratic scans). Selections are Python ints used as bitsets over
+*compute positions*: bit ``p`` stands for the ``p``-th compute bound symbol.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Literal, Sequence
+
+Phase = Literal["forward", "backward"]
+
+# Bound symbols that never get a range of their own (they may sit inside a
+# region). thunder's NON_COMPUTATION_PRIMS misses some of these.
+_NON_COMPUTE_NAMES = frozenset(
+    {
+        "update_aliases",
+        "clear_mutable_collection",
+        "unpack_parameter",
+        "unpack_buffer",
+        "unpack_submodule",
+        "unpack_function_obj",
+        "unpack_cache_info",
+        "python_return",
+        "python_del",
+        "return",
+        "del",
+        "comment",
+        "print",
+        "python_print",
+        "nvtx_range_push",
+        "nvtx_range_pop",
+        "python_vars",
+        "construct_tuple",
+        "pack_list",
+        "pack_setitem",
+        "unpack_dict_key",
+    }
+)
+# Push/pop/enter/exit bound symbols inserted by this package or by thunder's own transform.
+_OWN_PREFIXES = ("nvtx_regions_", "nvtx_range_")
+
+
+@dataclass(frozen=True)
+class Op:
+    """One bound symbol as the planner sees it."""
+
+    index: int  # position in trace.bound_symbols
+    name: str  # sym.name: "linear", "TorchCompile0"
+    reads: tuple[str, ...]  # names of the proxies it consumes
+    writes: tuple[str, ...]  # names of the proxies it produces
+    is_fusion: bool = False
+
+
+def is_compute(bsym: Any, non_computation_ids: frozenset) -> bool:
+    """True for a bound symbol that does work at run time and may get a range."""
+    sym = bsym.sym
+    name = sym.name
+    if sym.id in non_computation_ids or name in _NON_COMPUTE_NAMES:
+        return False
+    return not (name.startswith("unpack_") or name.startswith(_OWN_PREFIXES))
+
+
+@functools.lru_cache(maxsize=1)
+def _non_computation_ids() -> frozenset:
+    from thunder.dev_utils.utils import NON_COMPUTATION_PRIMS
+
+    return frozenset(NON_COMPUTATION_PRIMS)
+
+
+def _names(proxies: Iterable[Any]) -> tuple[str, ...]:
+    return tuple(p.name for p in proxies if hasattr(p, "name"))
+
+
+@dataclass
+class TraceView:
+    """The compute bound symbols of one trace, in order, with their indexes.
+
+    `ops` holds only compute bound symbols; `ops[p].index` is the bound
+    symbol's position in the full trace. `args` are the proxy names of the
+    traced function's flattened arguments.
+    """
+
+    ops: Sequence[Op]
+    phase: Phase
+    args: frozenset[str] = frozenset()
+    name: str = "computation"
+    length: int = 0  # number of bound symbols in the full trace
+    _producer: dict[str, int] = field(default_factory=dict, repr=False)
+    _first_consumer: dict[str, int] = field(default_factory=dict, repr=False)
+    _last_consumer: dict[str, int] = field(default_factory=dict, repr=False)
+    _indexed: bool = field(default=False, repr=False)
+
+    @classmethod
+    def from_trace(cls, trace: Any) -> TraceView:
+        """Index a thunder trace. Only compute bound symbols become `Op`s."""
+        from thunder.core.proxies import CollectionProxy, Proxy
+        from thunder.core.trace import TraceTag
+
+        non_compute = _non_computation_ids()
+        ops = []
+        for index, bsym in enumerate(trace.bound_symbols):
+            if not is_compute(bsym, non_compute):
+                continue
+            ops.append(
+                _LazyOp(index, bsym.sym.name, bsym, bool(getattr(bsym.sym, "is_fusion", False)))
+            )
+        phase: Phase = "backward" if TraceTag.BACKWARD in trace.tags else "forward"
+        # Only the function's own proxy arguments: the backward's collections
+        # (saved_for_backward, cotangents) are unpacked, and their contents are
+        # not arguments there.
+        arguments = [*trace.args, *trace.kwargs.values()]
+        flat_args = [a for a in arguments if isinstance(a, Proxy) and not isinstance(a, CollectionProxy)]
+        fn = getattr(trace, "fn", None)
+        name = getattr(fn, "__name__", None) or ("backward_fn" if phase == "backward" else "computation")
+        return cls(ops, phase, frozenset(_names(flat_args)), name, len(trace.bound_symbols))
+
+    # -- selections -------------------------------------------------------
+
+    @functools.cached_property
+    def everything(self) -> int:
+        """The bitset with every compute position set."""
+        return (1 << len(self.ops)) - 1
+
+    @functools.cached_property
+    def by_name(self) -> dict[str, int]:
+        """Op name -> bitset of the positions with that name."""
+        masks: dict[str, int] = {}
+        for position, op in enumerate(self.ops):
+            masks[op.name] = masks.get(op.name, 0) | (1 << position)
+        return masks
+
+    @functools.cached_property
+    def by_read(self) -> dict[str, int]:
+        """Proxy name -> bitset of the positions that read it."""
+        masks: dict[str, int] = {}
+        for position, op in enumerate(self.ops):
+            bit = 1 << position
+            for name in op.reads:
+                masks[name] = masks.get(name, 0) | bit
+        return masks
+
+    @functools.cached_property
+    def proxy_names(self) -> frozenset[str]:
+        """Every proxy name a compute op reads or writes, plus the arguments."""
+        self._index()
+        return frozenset(self._producer) | frozenset(self._first_consumer) | self.args
+
+    # -- region endpoints --------------------------------------------------
+
+    def _index(self) -> None:
+        if self._indexed:
+            return
+        for position, op in enumerate(self.ops):
+            for name in op.writes:
+                self._producer.setdefault(name, position)
+            for name in op.reads:
+                self._first_consumer.setdefault(name, position)
+                self._last_consumer[name] = position
+        self._indexed = True
+
+    def region_start(self, name: str) -> int | None:
+        """Position where a region starting at proxy `name` begins, or None.
+
+        The compute op that produces it; for an argument of the traced
+        function, the first compute op that consumes it.
+        """
+        self._index()
+        if name in self._producer:
+            return self._producer[name]
+        if name in self.args:
+            return self._first_consumer.get(name)
+        return None
+
+    def region_end(self, name: str) -> int | None:
+        """Position where a region ending at proxy `name` ends, or None.
+
+        The compute op that produces it; for an argument, the last compute op
+        that consumes it.
+        """
+        self._index()
+        if name in self._producer:
+            return self._producer[name]
+        if name in self.args:
+            return self._last_consumer.get(name)
+        return None
+
+
+class _LazyOp:
+    """An `Op` whose reads/writes are flattened from the bound symbol on first use.
+
+    Flattening every bound symbol's arguments is most of the cost of indexing
+    a trace, and many specs (``op in <...>``) never need it.
+    """
+
+    __slots__ = ("index", "name", "is_fusion", "_bsym", "_reads", "_writes")
+
+    def __init__(self, index: int, name: str, bsym: Any, is_fusion: bool) -> None:
+        self.index, self.name, self.is_fusion, self._bsym = index, name, is_fusion, bsym
+        self._reads = self._writes = None
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        if self._reads is None:
+            self._reads = _names(self._bsym.flat_proxy_args)
+        return self._reads
+
+    @property
+    def writes(self) -> tuple[str, ...]:
+        if self._writes is None:
+            self._writes = _names(self._bsym.flat_proxy_outs)
+        return self._writes

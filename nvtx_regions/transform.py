@@ -1,0 +1,304 @@
+"""`NvtxProfileTransform`: the thunder transform that turns a spec's plan into
+push and pop bound symbols in the optimized forward and backward traces.
+
+The trace changes only by gaining bound symbols: one push and one pop per
+range, plus one ``enter`` at the top and one ``exit`` before the ``return``
+(see `runtime`). A trace in which the spec selects nothing is returned as is.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import sys
+import time
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import nvtx  # noqa: F401  (imported here so the first transform does not pay for it)
+from thunder.core.prims import OpTags
+from thunder.core.symbol import BoundSymbol, Symbol
+from thunder.core.trace import TraceCtx, TraceProvenance, TraceTag, from_trace
+from thunder.core.transform_common import Transform
+
+from .check import RuleTally
+from .compile import CompiledSpec, compile_spec
+from .errors import SelectorError
+from .parse import load, parse
+from .plan import Plan, make_plan
+from .runtime import DEFAULT_DOMAIN, Domain, Group, TraceRuntime, next_serial, rule_color
+from .traceview import TraceView
+from .tree import Spec, render
+
+__all__ = ["NvtxProfileTransform", "TraceReport"]
+
+_UNSET: Any = object()
+
+
+@dataclass(frozen=True)
+class TraceReport:
+    """What the transform did to one trace."""
+
+    trace_name: str
+    phase: str
+    bound_symbols: int  # in the trace it was given
+    ranges: int
+    ranges_per_rule: tuple[int, ...]
+    seconds: float
+    plan: Plan
+
+
+def _printer(template: str):
+    def python_printer(bsym: BoundSymbol, out_printables, arg_printables, kwarg_printables) -> str:
+        return template.format(name=bsym.sym.name, args=bsym.args)
+
+    return python_printer
+
+
+def _symbol(name: str, template: str) -> Symbol:
+    # DONT_DCE: these have no outputs, and a later dead-code pass must keep them.
+    return Symbol(name=name, id=name, meta=None, is_prim=True, tags=(OpTags.DONT_DCE,), python_printer=_printer(template))
+
+
+def one_line(bsym: BoundSymbol) -> str:
+    """The bound symbol's own Python line(s), without its header or subsymbols."""
+    lines = [line for line in bsym.python(indent=0, print_depth=1) if not line.lstrip().startswith("#")]
+    return " ".join(line.strip() for line in lines)
+
+
+class NvtxProfileTransform(Transform):
+    """Wrap the ops and regions a spec selects in NVTX ranges.
+
+    Args:
+        select: spec text, e.g. ``"op in <linear, nvFusion*>"`` or
+            ``"attn: between t3..t9"``.
+        spec: path of a ``.nvtx`` file. With both, the file's rules come first,
+            then `select`'s, as if appended to the file. With neither, the spec
+            is ``all``: every compute op gets a range, as thunder's own transform
+            does.
+        domain: NVTX domain of the ranges (default ``"nvtx_regions"``);
+            ``None`` is NVTX's default domain, the one ``torch.cuda.nvtx`` uses.
+        strict: raise `SelectorError` instead of warning when a rule selects
+            nothing.
+
+    Raises `SelectorSyntaxError` for text that does not parse and
+    `SelectorError` for a spec file that cannot be read, right here.
+
+    When a rule selects nothing, a `NvtxRegionsWarning` names it once per
+    compilation: after the backward trace when one follows, else after the
+    forward trace. Under ThunderFX (one transform shared by many subgraphs)
+    the check waits for `check()`, since a rule may match only some
+    subgraphs.
+    """
+
+    def __init__(
+        self,
+        select: str | None = None,
+        *,
+        spec: str | os.PathLike[str] | None = None,
+        domain: str | None = DEFAULT_DOMAIN,
+        strict: bool = False,
+    ) -> None:
+        if select is not None and not isinstance(select, str):
+            raise TypeError(f"select= takes spec text (str), not {type(select).__name__}")
+        if domain is not None and not isinstance(domain, str):
+            raise TypeError(f"domain= takes a str or None, not {type(domain).__name__}")
+        self.select = select
+        self.spec_path = None if spec is None else os.fspath(spec)
+        self.domain_name = domain
+        self.strict = bool(strict)
+        rules: tuple = ()
+        filename = "<select>"
+        if self.spec_path is not None:
+            loaded = load(self.spec_path)
+            rules, filename = loaded.rules, loaded.filename
+        if select is not None:
+            rules += parse(select).rules
+        if select is None and spec is None:
+            rules = parse("all").rules
+        self.spec: Spec = Spec(rules, filename=filename)
+        self.compiled: CompiledSpec = compile_spec(self.spec)
+        self.domain = Domain(domain)
+        self.reports: list[TraceReport] = []
+        self._compilation: RuleTally | None = None
+        self._subgraphs: RuleTally | None = None
+
+    def __repr__(self) -> str:
+        args = []
+        if self.select is not None:
+            args.append(repr(self.select))
+        if self.spec_path is not None:
+            args.append(f"spec={self.spec_path!r}")
+        if self.domain_name != DEFAULT_DOMAIN:
+            args.append(f"domain={self.domain_name!r}")
+        if self.strict:
+            args.append("strict=True")
+        return f"nvtx_regions.NvtxProfileTransform({', '.join(args)})"
+
+    # -- thunder entry point -------------------------------------------------
+
+    def transform_trace_post_optimization(self, trace: TraceCtx, **kwargs: Any) -> TraceCtx:
+        started = time.perf_counter()
+        view = TraceView.from_trace(trace)
+        plan = make_plan(self.compiled, view)
+        result = trace if plan.empty else self._annotate(trace, plan)
+        seconds = time.perf_counter() - started
+        if result is not trace:
+            result.set_provenance(
+                TraceProvenance(
+                    f"nvtx_regions: {len(plan.ranges)} NVTX ranges for spec {self._spec_summary()} "
+                    f"(took {seconds * 1000:.2f} milliseconds)"
+                )
+            )
+        self.reports.append(
+            TraceReport(view.name, view.phase, view.length, len(plan.ranges), plan.ranges_per_rule, seconds, plan)
+        )
+        self._tally(trace, view, plan)
+        return result
+
+    def check(self) -> None:
+        """Report rules that selected nothing in any trace this transform has seen.
+
+        Under ThunderFX, call it after the first step (once every subgraph
+        has compiled); elsewhere the check runs by itself per compilation.
+        """
+        if not self.reports:
+            raise SelectorError("check(): this transform has not seen a trace yet; call the compiled function first")
+        tally = RuleTally(self.compiled)
+        for report in self.reports:
+            tally.add(report.plan)
+        if self._subgraphs is not None:
+            tally.views = self._subgraphs.views
+        tally.report(strict=self.strict, where=f"any of the {len(self.reports)} traces seen")
+
+    # -- internals -------------------------------------------------------------
+
+    def _spec_summary(self) -> str:
+        text = render(self.spec).replace("\n", "; ")
+        if len(text) > 200:
+            text = text[:200] + f"... ({len(self.spec.rules)} rules)"
+        return json.dumps(text, ensure_ascii=False)
+
+    def _tally(self, trace: TraceCtx, view: TraceView, plan: Plan) -> None:
+        if _is_thunderfx_subgraph():
+            if self._subgraphs is None:
+                self._subgraphs = RuleTally(self.compiled)
+                atexit.register(_check_at_exit, weakref.ref(self))
+            self._subgraphs.add(plan, view)
+            return
+        if view.phase == "backward":
+            tally = self._compilation or RuleTally(self.compiled)
+            self._compilation = None
+            tally.add(plan, view)
+            tally.report(strict=self.strict, where="the forward and backward traces of this compilation")
+            return
+        if self._compilation is not None:
+            # The previous forward's backward never came.
+            pending, self._compilation = self._compilation, None
+            pending.report(strict=self.strict, where="the forward trace of the previous compilation")
+        tally = RuleTally(self.compiled)
+        tally.add(plan, view)
+        if TraceTag.AUGMENTED_FORWARD in trace.tags and _backward_follows():
+            self._compilation = tally
+        else:
+            tally.report(strict=self.strict, where="the forward trace of this compilation")
+
+    def _annotate(self, trace: TraceCtx, plan: Plan) -> TraceCtx:
+        serial = next_serial()
+        prefix = f"nvtx_regions_{serial}"
+        groups: dict[Any, Group] = {}
+        for planned in plan.ranges:
+            if planned.gate not in groups:
+                n = len(groups)
+                groups[planned.gate] = Group(f"{prefix}_push_{n}", f"{prefix}_pop_{n}", planned.gate)
+        runtime = TraceRuntime(self.domain, list(groups.values()))
+        functions = runtime.initial_globals()
+        push_symbols = {key: _symbol(g.push_name, "{name}({args[0]})  # {args[1]}") for key, g in groups.items()}
+        pop_symbols = {key: _symbol(g.pop_name, "{name}()") for key, g in groups.items()}
+
+        bsyms = trace.bound_symbols
+        pushes: dict[int, list[BoundSymbol]] = {}
+        pops: dict[int, list[BoundSymbol]] = {}
+        for number, planned in enumerate(plan.ranges):
+            message = planned.label if planned.label is not None else one_line(bsyms[planned.start])
+            rule = self.compiled.rules[planned.rules[0]]
+            attributes = self.domain.attributes(
+                message, color=rule_color(rule.number), category=rule.rule.label or rule.rule.text or render(rule.rule)
+            )
+            attr_name = f"{prefix}_attr_{number}"
+            push = push_symbols[planned.gate]
+            pushes.setdefault(planned.start, []).append(
+                BoundSymbol(
+                    push,
+                    args=(attr_name, json.dumps(message, ensure_ascii=False)),
+                    kwargs={},
+                    output=None,
+                    _call_ctx={push.name: functions[push.name], attr_name: attributes},
+                )
+            )
+            pop = pop_symbols[planned.gate]
+            pops.setdefault(planned.end, []).insert(
+                0, BoundSymbol(pop, args=(), kwargs={}, output=None, _call_ctx={pop.name: functions[pop.name]})
+            )
+
+        enter = _symbol(f"{prefix}_enter", "{name}(globals())")
+        exit_ = _symbol(f"{prefix}_exit", "{name}()")
+        new_bsyms = [BoundSymbol(enter, args=(), kwargs={}, output=None, _call_ctx={enter.name: runtime.enter})]
+        for index, bsym in enumerate(bsyms):
+            if _is_return(bsym):
+                # thunder requires the return to stay last: every pop and the exit go before it.
+                new_bsyms.append(BoundSymbol(exit_, args=(), kwargs={}, output=None, _call_ctx={exit_.name: runtime.exit}))
+            new_bsyms.extend(pushes.get(index, ()))
+            new_bsyms.append(bsym)
+            new_bsyms.extend(pops.get(index, ()))
+        if not any(_is_return(b) for b in bsyms):
+            new_bsyms.append(BoundSymbol(exit_, args=(), kwargs={}, output=None, _call_ctx={exit_.name: runtime.exit}))
+        annotated = from_trace(trace)
+        annotated.bound_symbols = new_bsyms
+        return annotated
+
+
+def _check_at_exit(ref: "weakref.ref[NvtxProfileTransform]") -> None:
+    # ThunderFX gives no "all subgraphs compiled" moment; warn at exit rather than never.
+    transform = ref()
+    if transform is not None and transform.reports:
+        try:
+            transform.check()
+        except SelectorError as error:
+            print(f"nvtx_regions: {error}", file=sys.stderr)
+
+
+def _is_return(bsym: BoundSymbol) -> bool:
+    from thunder.core.prims import PrimIDs
+
+    return bsym.sym.id == PrimIDs.RETURN
+
+
+def _is_thunderfx_subgraph() -> bool:
+    """True while thunder compiles a subgraph that ThunderFX split out of a torch.compile graph."""
+    from thunder.core.compile_data import get_compile_data
+
+    cd = get_compile_data()
+    fx = sys.modules.get("torch.fx")
+    return cd is not None and fx is not None and isinstance(getattr(cd, "fn", None), fx.GraphModule)
+
+
+def _backward_follows() -> bool:
+    """Whether thunder will hand this transform a backward trace after this forward.
+
+    thunder 0.2.6 calls post-optimization transforms from
+    ``apply_transforms_and_build_cache_entry`` with the backward trace in a
+    local; a forward tagged AUGMENTED_FORWARD under ``torch.no_grad`` gets
+    none. If that frame is not found, assume a backward follows (the check
+    then runs at the next compilation instead).
+    """
+    frame = sys._getframe(1)
+    for _ in range(8):
+        if frame is None:
+            break
+        if frame.f_code.co_name == "apply_transforms_and_build_cache_entry" and "backward_trc" in frame.f_locals:
+            return frame.f_locals["backward_trc"] is not None
+        frame = frame.f_back
+    return True
