@@ -17,24 +17,9 @@ from .compile import CompiledRule, CompiledSpec
 from .errors import NvtxRegionsWarning, SelectorError
 from .plan import Plan
 from .traceview import TraceView
-from .tree import Between, Expr, First, Last, Not, OpIn, Or, And, Proxy, Reads
+from .tree import OpIn, Proxy, Reads, walk
 
 __all__ = ["RuleTally"]
-
-
-def _parts(expr: Expr):
-    yield expr
-    if isinstance(expr, (And, Or)):
-        for operand in expr.operands:
-            yield from _parts(operand)
-    elif isinstance(expr, Not):
-        yield from _parts(expr.operand)
-    elif isinstance(expr, Between):
-        for point in (expr.start, expr.end):
-            if isinstance(point, (First, Last)):
-                yield from _parts(point.expr)
-            else:
-                yield point
 
 
 @dataclass
@@ -69,7 +54,7 @@ class RuleTally:
     def _why(self, rule: CompiledRule) -> str:
         op_names = sorted({op.name for view in self.views for op in view.ops})
         notes = []
-        for part in _parts(rule.rule.expr):
+        for part in walk(rule.rule.expr):
             if isinstance(part, Proxy):
                 if not any(
                     view.region_start(part.name) is not None or view.region_end(part.name) is not None

@@ -11,14 +11,15 @@ from __future__ import annotations
 import fnmatch
 import re
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable
 
 from .errors import SelectorError
-from .traceview import Phase, TraceView
+from .traceview import Phase, TraceView, bit_positions
 from .tree import (
     All,
     And,
     Backward,
+    BackwardOf,
     Between,
     Endpoint,
     Expr,
@@ -35,6 +36,7 @@ from .tree import (
     Spec,
     Steps,
     render,
+    walk,
 )
 
 __all__ = ["Gate", "CompiledRule", "CompiledSpec", "compile_spec", "RegionOrderError"]
@@ -176,19 +178,6 @@ def _conjuncts(expr: Expr) -> list[Expr]:
     return list(expr.operands) if isinstance(expr, And) else [expr]
 
 
-def _walk(expr: Expr) -> Iterator[Expr]:
-    yield expr
-    if isinstance(expr, (And, Or)):
-        for operand in expr.operands:
-            yield from _walk(operand)
-    elif isinstance(expr, Not):
-        yield from _walk(expr.operand)
-    elif isinstance(expr, Between):
-        for point in (expr.start, expr.end):
-            if isinstance(point, (First, Last)):
-                yield from _walk(point.expr)
-
-
 class _Compiler:
     def __init__(self, rule: Rule, describe: str) -> None:
         self.rule = rule
@@ -233,6 +222,20 @@ class _Compiler:
             return lambda view: view.everything if view.phase == "forward" else 0
         if isinstance(expr, Backward):
             return lambda view: view.everything if view.phase == "backward" else 0
+        if isinstance(expr, BackwardOf):
+            inner = self.expr(expr.expr)
+
+            def backward_of(view: TraceView) -> int:
+                forward = view.forward
+                if view.phase != "backward" or forward is None:
+                    return 0
+                saved = {name for p in bit_positions(inner(forward)) for name in forward.ops[p].writes}
+                mask = 0
+                for name in saved:
+                    mask |= view.by_read.get(name, 0)
+                return mask
+
+            return backward_of
         if isinstance(expr, All):
             return lambda view: view.everything
         if isinstance(expr, Not):
@@ -314,7 +317,7 @@ def compile_spec(spec: Spec) -> CompiledSpec:
         gates = [e for e in conjuncts if isinstance(e, (RankIn, Steps))]
         rest = [e for e in conjuncts if not isinstance(e, (RankIn, Steps))]
         for expr in rest:
-            for inner in _walk(expr):
+            for inner in walk(expr):
                 if isinstance(inner, (RankIn, Steps)):
                     compiler.expr(inner)  # raises the explanatory error
         region = _region(rest)

@@ -28,6 +28,7 @@ from .tree import (
     All,
     And,
     Backward,
+    BackwardOf,
     Between,
     First,
     Forward,
@@ -172,6 +173,9 @@ class _ToTree(Transformer):
 
     def backward(self, _) -> Backward:
         return Backward()
+
+    def backward_of(self, children) -> BackwardOf:
+        return BackwardOf(children[0])
 
     def all(self, _) -> All:
         return All()

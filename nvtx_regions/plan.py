@@ -17,9 +17,9 @@ from typing import Literal
 
 from .compile import CompiledSpec, Gate, _endpoint_text
 from .errors import SelectorError
-from .traceview import Phase, TraceView
+from .traceview import Phase, TraceView, bit_positions
 
-__all__ = ["PlannedRange", "Plan", "make_plan", "bit_positions"]
+__all__ = ["PlannedRange", "Plan", "make_plan"]
 
 GateKey = frozenset[Gate] | None  # None: always on
 
@@ -46,16 +46,6 @@ class Plan:
     @property
     def empty(self) -> bool:
         return not self.ranges
-
-
-def bit_positions(mask: int) -> list[int]:
-    """The positions of the set bits of `mask`, ascending."""
-    positions = []
-    while mask:
-        low = mask & -mask
-        positions.append(low.bit_length() - 1)
-        mask ^= low
-    return positions
 
 
 def _merge_gates(gates: list[Gate | None]) -> GateKey:

@@ -8,8 +8,9 @@ The per-range path pushes no Python frame. A push line in the trace reads
 where both names are globals of the generated function: a prebuilt domain's
 bound method (C code) and prebuilt `EventAttributes` with a registered string.
 
-Each transformed trace also calls `TraceRuntime.enter(globals())` once at its
-top and `TraceRuntime.exit()` before its return. `enter`:
+The first push of a trace and its last pop are Python calls instead:
+`TraceRuntime.enter` and `TraceRuntime.exit`, once per call of the trace, so
+that the trace gains exactly two bound symbols per range. `enter`:
 - pops the ranges a previous call on this thread left open when an op raised
   (it finds the failing line in that call's frame and counts the push and pop
   lines before it);
@@ -109,9 +110,11 @@ class TraceRuntime:
     that is in flight.
     """
 
-    def __init__(self, domain: Domain, groups: list[Group]) -> None:
+    def __init__(self, domain: Domain, groups: list[Group], *, enter_name: str, exit_name: str) -> None:
         self.domain = domain
         self.groups = groups
+        # The lines that call enter/exit also push/pop a range of these groups.
+        self.enter_name, self.exit_name = enter_name, exit_name
         self._gated = [g for g in groups if g.gate is not None]
         self._open = {g.push_name: False for g in self._gated}
         self._calls = itertools.count()
@@ -128,18 +131,28 @@ class TraceRuntime:
             values[group.pop_name] = handle.pop_range if on else _SKIP_POP
         return values
 
-    def enter(self, function_globals: dict[str, Any]) -> None:
+    def enter(self, function_globals: dict[str, Any], attributes: Any, push_name: str) -> None:
+        """Start a call: recover, apply gates, then push the trace's first range."""
         local = self._local
         stale = getattr(local, "frame", None)
         if stale is not None:
             local.frame = None
-            self._recover(stale, local.open_groups)
+            self._recover(stale, local.open_pushes)
         local.frame = sys._getframe(1)
         if self._gated:
             self._apply_gates(function_globals)
-        local.open_groups = [g for g in self.groups if g.gate is None or self._open[g.push_name]]
+        local.open_pushes = {
+            name
+            for g in self.groups
+            if g.gate is None or self._open[g.push_name]
+            for name in (g.push_name, g.pop_name)
+        }
+        function_globals[push_name](attributes)
+        local.first_push = push_name
 
-    def exit(self) -> None:
+    def exit(self, function_globals: dict[str, Any], pop_name: str) -> None:
+        """End a call: pop the trace's last range."""
+        function_globals[pop_name]()
         self._local.frame = None
 
     def _apply_gates(self, function_globals: dict[str, Any]) -> None:
@@ -153,14 +166,21 @@ class TraceRuntime:
                 function_globals[group.push_name] = handle.push_range if now else _SKIP_PUSH
                 function_globals[group.pop_name] = handle.pop_range if now else _SKIP_POP
 
-    def _recover(self, frame: FrameType, open_groups: list[Group]) -> None:
-        """Pop what the call that `frame` ran left open when it raised."""
+    def _recover(self, frame: FrameType, live_names: set[str]) -> None:
+        """Pop what the call that `frame` ran left open when it raised.
+
+        `live_names` are the push/pop globals that were not gated off in that call.
+        """
         failed_line = frame.f_lineno
         lines = self._call_lines(frame.f_code)
         left_open = 0
-        for group in open_groups:
-            left_open += sum(1 for line in lines.get(group.push_name, ()) if line < failed_line)
-            left_open -= sum(1 for line in lines.get(group.pop_name, ()) if line < failed_line)
+        for group in self.groups:
+            if group.push_name in live_names:
+                left_open += sum(1 for line in lines.get(group.push_name, ()) if line < failed_line)
+                left_open -= sum(1 for line in lines.get(group.pop_name, ()) if line < failed_line)
+        # The enter line pushed (it raised nothing: we are past it); the exit line was not reached.
+        if self._local.__dict__.get("first_push") in live_names:
+            left_open += 1
         pop = self.domain.handle.pop_range
         for _ in range(left_open):
             pop()

@@ -45,6 +45,16 @@ _NON_COMPUTE_NAMES = frozenset(
 _OWN_PREFIXES = ("nvtx_regions_", "nvtx_range_")
 
 
+def bit_positions(mask: int) -> list[int]:
+    """The positions of the set bits of `mask`, ascending."""
+    positions = []
+    while mask:
+        low = mask & -mask
+        positions.append(low.bit_length() - 1)
+        mask ^= low
+    return positions
+
+
 @dataclass(frozen=True)
 class Op:
     """One bound symbol as the planner sees it."""
@@ -90,6 +100,8 @@ class TraceView:
     args: frozenset[str] = frozenset()
     name: str = "computation"
     length: int = 0  # number of bound symbols in the full trace
+    # For a backward trace: the forward trace of the same compilation, when known.
+    forward: TraceView | None = None
     _producer: dict[str, int] = field(default_factory=dict, repr=False)
     _first_consumer: dict[str, int] = field(default_factory=dict, repr=False)
     _last_consumer: dict[str, int] = field(default_factory=dict, repr=False)

@@ -2,8 +2,10 @@
 push and pop bound symbols in the optimized forward and backward traces.
 
 The trace changes only by gaining bound symbols: one push and one pop per
-range, plus one ``enter`` at the top and one ``exit`` before the ``return``
-(see `runtime`). A trace in which the spec selects nothing is returned as is.
+range (the first push and the last pop of a trace also start and end the call,
+see `runtime`). Pops are placed right after the range's last bound symbol, so
+every pop comes before the ``return``. A trace in which the spec selects
+nothing is returned as is.
 """
 
 from __future__ import annotations
@@ -123,6 +125,7 @@ class NvtxProfileTransform(Transform):
         self.domain = Domain(domain)
         self.reports: list[TraceReport] = []
         self._compilation: RuleTally | None = None
+        self._last_forward: TraceView | None = None
         self._subgraphs: RuleTally | None = None
 
     def __repr__(self) -> str:
@@ -142,6 +145,11 @@ class NvtxProfileTransform(Transform):
     def transform_trace_post_optimization(self, trace: TraceCtx, **kwargs: Any) -> TraceCtx:
         started = time.perf_counter()
         view = TraceView.from_trace(trace)
+        if view.phase == "backward":
+            # thunder transforms a compilation's backward right after its forward.
+            view.forward, self._last_forward = self._last_forward, None
+        else:
+            self._last_forward = view
         plan = make_plan(self.compiled, view)
         result = trace if plan.empty else self._annotate(trace, plan)
         seconds = time.perf_counter() - started
@@ -213,14 +221,20 @@ class NvtxProfileTransform(Transform):
             if planned.gate not in groups:
                 n = len(groups)
                 groups[planned.gate] = Group(f"{prefix}_push_{n}", f"{prefix}_pop_{n}", planned.gate)
-        runtime = TraceRuntime(self.domain, list(groups.values()))
+        enter_name, exit_name = f"{prefix}_push_enter", f"{prefix}_pop_exit"
+        runtime = TraceRuntime(self.domain, list(groups.values()), enter_name=enter_name, exit_name=exit_name)
         functions = runtime.initial_globals()
-        push_symbols = {key: _symbol(g.push_name, "{name}({args[0]})  # {args[1]}") for key, g in groups.items()}
-        pop_symbols = {key: _symbol(g.pop_name, "{name}()") for key, g in groups.items()}
+        pushes_by_group = {key: _symbol(g.push_name, "{name}({args[0]})  # {args[1]}") for key, g in groups.items()}
+        pops_by_group = {key: _symbol(g.pop_name, "{name}()") for key, g in groups.items()}
+        # The trace's first push and last pop also start and end the call (see runtime).
+        enter = _symbol(enter_name, "{name}(globals(), {args[0]}, {args[2]!r})  # {args[1]}")
+        exit_ = _symbol(exit_name, "{name}(globals(), {args[0]!r})")
 
         bsyms = trace.bound_symbols
         pushes: dict[int, list[BoundSymbol]] = {}
         pops: dict[int, list[BoundSymbol]] = {}
+        last_pop: BoundSymbol | None = None
+        last_pop_key: tuple[int, int] = (-1, -1)
         for number, planned in enumerate(plan.ranges):
             message = planned.label if planned.label is not None else one_line(bsyms[planned.start])
             rule = self.compiled.rules[planned.rules[0]]
@@ -228,33 +242,44 @@ class NvtxProfileTransform(Transform):
                 message, color=rule_color(rule.number), category=rule.rule.label or rule.rule.text or render(rule.rule)
             )
             attr_name = f"{prefix}_attr_{number}"
-            push = push_symbols[planned.gate]
-            pushes.setdefault(planned.start, []).append(
-                BoundSymbol(
-                    push,
+            group = groups[planned.gate]
+            context = {group.push_name: functions[group.push_name], group.pop_name: functions[group.pop_name]}
+            if number == 0:
+                push = BoundSymbol(
+                    enter,
+                    args=(attr_name, json.dumps(message, ensure_ascii=False), group.push_name),
+                    kwargs={},
+                    output=None,
+                    _call_ctx={enter_name: runtime.enter, attr_name: attributes, **context},
+                )
+            else:
+                push = BoundSymbol(
+                    pushes_by_group[planned.gate],
                     args=(attr_name, json.dumps(message, ensure_ascii=False)),
                     kwargs={},
                     output=None,
-                    _call_ctx={push.name: functions[push.name], attr_name: attributes},
+                    _call_ctx={attr_name: attributes, **context},
                 )
-            )
-            pop = pop_symbols[planned.gate]
-            pops.setdefault(planned.end, []).insert(
-                0, BoundSymbol(pop, args=(), kwargs={}, output=None, _call_ctx={pop.name: functions[pop.name]})
-            )
+            pushes.setdefault(planned.start, []).append(push)
+            pop = BoundSymbol(pops_by_group[planned.gate], args=(), kwargs={}, output=None, _call_ctx=context)
+            pops.setdefault(planned.end, []).insert(0, pop)
+            # The range popped last in the trace: latest end; at one end, the outermost.
+            key = (planned.end, -number)
+            if key > last_pop_key:
+                last_pop_key, last_pop = key, pop
+        assert last_pop is not None
+        final = BoundSymbol(
+            exit_, args=(last_pop.sym.name,), kwargs={}, output=None, _call_ctx={exit_name: runtime.exit, **last_pop._call_ctx}
+        )
+        end_pops = pops[last_pop_key[0]]
+        # By identity: bound symbols compare equal by symbol and arguments.
+        end_pops[next(i for i, b in enumerate(end_pops) if b is last_pop)] = final
 
-        enter = _symbol(f"{prefix}_enter", "{name}(globals())")
-        exit_ = _symbol(f"{prefix}_exit", "{name}()")
-        new_bsyms = [BoundSymbol(enter, args=(), kwargs={}, output=None, _call_ctx={enter.name: runtime.enter})]
+        new_bsyms: list[BoundSymbol] = []
         for index, bsym in enumerate(bsyms):
-            if _is_return(bsym):
-                # thunder requires the return to stay last: every pop and the exit go before it.
-                new_bsyms.append(BoundSymbol(exit_, args=(), kwargs={}, output=None, _call_ctx={exit_.name: runtime.exit}))
             new_bsyms.extend(pushes.get(index, ()))
             new_bsyms.append(bsym)
             new_bsyms.extend(pops.get(index, ()))
-        if not any(_is_return(b) for b in bsyms):
-            new_bsyms.append(BoundSymbol(exit_, args=(), kwargs={}, output=None, _call_ctx={exit_.name: runtime.exit}))
         annotated = from_trace(trace)
         annotated.bound_symbols = new_bsyms
         return annotated
@@ -268,12 +293,6 @@ def _check_at_exit(ref: "weakref.ref[NvtxProfileTransform]") -> None:
             transform.check()
         except SelectorError as error:
             print(f"nvtx_regions: {error}", file=sys.stderr)
-
-
-def _is_return(bsym: BoundSymbol) -> bool:
-    from thunder.core.prims import PrimIDs
-
-    return bsym.sym.id == PrimIDs.RETURN
 
 
 def _is_thunderfx_subgraph() -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Union
+from typing import Iterator, Union
 
 __all__ = [
     "Spec",
@@ -25,6 +25,7 @@ __all__ = [
     "Between",
     "Forward",
     "Backward",
+    "BackwardOf",
     "All",
     "RankIn",
     "Steps",
@@ -35,13 +36,14 @@ __all__ = [
     "Endpoint",
     "KEYWORDS",
     "render",
+    "walk",
 ]
 
 # Words the grammar reserves at the start of a rule; a label spelled like one
 # must be quoted.
 KEYWORDS = frozenset(
     {"op", "in", "reads", "between", "forward", "backward", "all", "rank", "steps",
-     "first", "last", "and", "or", "not"}
+     "first", "last", "and", "or", "not", "of"}
 )
 
 
@@ -102,6 +104,14 @@ class Backward:
 
 
 @dataclass(frozen=True)
+class BackwardOf:
+    """True for a backward bound symbol that reads a tensor saved by a forward
+    bound symbol that `expr` selects in the forward trace of the same compilation."""
+
+    expr: Expr
+
+
+@dataclass(frozen=True)
 class All:
     """True for every bound symbol."""
 
@@ -137,7 +147,7 @@ class Or:
     operands: tuple[Expr, ...]
 
 
-Expr = Union[Or, And, Not, OpIn, Reads, Between, Forward, Backward, All, RankIn, Steps]
+Expr = Union[Or, And, Not, OpIn, Reads, Between, Forward, Backward, BackwardOf, All, RankIn, Steps]
 
 
 @dataclass(frozen=True)
@@ -159,6 +169,21 @@ class Rule:
 class Spec:
     rules: tuple[Rule, ...]
     filename: str = field(default="<select>", compare=False)
+
+
+def walk(expr: Expr) -> Iterator[Expr | Proxy]:
+    """Every sub-expression of `expr`, itself first, and the proxy endpoints of its regions."""
+    yield expr
+    if isinstance(expr, (And, Or)):
+        for operand in expr.operands:
+            yield from walk(operand)
+    elif isinstance(expr, Not):
+        yield from walk(expr.operand)
+    elif isinstance(expr, BackwardOf):
+        yield from walk(expr.expr)
+    elif isinstance(expr, Between):
+        for point in (expr.start, expr.end):
+            yield from (walk(point.expr) if isinstance(point, (First, Last)) else (point,))
 
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -211,6 +236,8 @@ def _expr(expr: Expr) -> str:
         return "forward"
     if isinstance(expr, Backward):
         return "backward"
+    if isinstance(expr, BackwardOf):
+        return f"backward of ({_expr(expr.expr)})"
     if isinstance(expr, All):
         return "all"
     if isinstance(expr, RankIn):

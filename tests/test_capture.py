@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from nvtx_regions.testing import (
+    CapturedProcessFailed,
     CaptureNotAttached,
     CaptureUnavailable,
     NvtxEvent,
@@ -57,14 +58,19 @@ def _only_process(result):
 
 def _plain_env(**changes: str) -> dict[str, str]:
     """This process's environment without any NVTX tool (the plugin may have set one)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("NVTX_INJECTION64_PATH", "NVTX_REGIONS_CAPTURE_DIR")}
+    drop = ("NVTX_INJECTION64_PATH", "NVTX_REGIONS_CAPTURE_DIR", "NVTX_REGIONS_CAPTURE_MODE")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
     env.update(changes)
     return env
 
 
 def _run_python(code: str, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=_plain_env(**env), timeout=60
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=_plain_env(**env),
+        timeout=60,
     )
 
 
@@ -95,7 +101,15 @@ nvtx.pop_range()
 depths = [torch.cuda.nvtx.range_push("t.outer"), torch.cuda.nvtx.range_push("t.inner")]
 torch.cuda.nvtx.mark("t.mark")
 depths += [torch.cuda.nvtx.range_pop(), torch.cuda.nvtx.range_pop()]
-print(json.dumps({"tid": threading.get_native_id(), "t0": t0, "t1": time.monotonic_ns(), "depths": depths}))
+
+# In-process capture works here too: the tool is attached (by capture_subprocess).
+from nvtx_regions.testing import attach, capture
+attach()
+with capture() as inproc:
+    torch.cuda.nvtx.mark("inproc")
+inproc = [(e.kind, e.message) for e in inproc]
+print(json.dumps({"tid": threading.get_native_id(), "t0": t0, "t1": time.monotonic_ns(), "depths": depths,
+                  "inproc": inproc}))
 """
 
 
@@ -105,7 +119,11 @@ def test_subprocess_captures_nvtx_package_and_torch(tool):
     proc = _only_process(result)
     assert proc.complete and proc.mode == "events" and proc.rank is None
 
-    ranged = [(e.kind, e.domain, e.message, e.color, e.category, e.depth) for e in result.events if e.kind in RANGE_KINDS]
+    ranged = [
+        (e.kind, e.domain, e.message, e.color, e.category, e.depth)
+        for e in result.events
+        if e.kind in RANGE_KINDS
+    ]
     assert ranged == [
         ("push", None, "outer", 0xFF00FF00, None, 0),
         ("push", "my.domain", "dom-range", 0xFF112233, 5, 0),
@@ -123,7 +141,9 @@ def test_subprocess_captures_nvtx_package_and_torch(tool):
         ("mark", None, "t.mark", None, None, None),
         ("pop", None, None, None, None, 1),
         ("pop", None, None, None, None, 0),
+        ("mark", None, "inproc", None, None, None),  # and not capture()'s probe marks
     ]
+    assert out["inproc"] == [["mark", "inproc"]]
     # What torch's range_push/range_pop returned is what the tool answered.
     assert out["depths"] == [0, 1, 1, 0]
 
@@ -159,7 +179,7 @@ def test_subprocess_captures_nvtx_package_and_torch(tool):
     (se,) = start_end_ranges(events)
     assert se.message == "startend" and se.end_ns is not None and se.end_ns > se.start_ns
     check_balanced(events)
-    assert proc.counts["push"] == 6 and proc.counts["pop"] == 6 and proc.counts["mark"] == 2
+    assert proc.counts["push"] == 6 and proc.counts["pop"] == 6 and proc.counts["mark"] == 3
 
 
 WIDE_CLIENT = r"""
@@ -207,7 +227,9 @@ def test_wide_strings_and_core_api_from_c(tool, tmp_path):
     src.write_text(WIDE_CLIENT)
     exe = tmp_path / "client"
     cc = subprocess.run(
-        ["cc", f"-I{find_nvtx_include()}", str(src), "-o", str(exe), "-ldl", "-pthread"], capture_output=True, text=True
+        ["cc", f"-I{find_nvtx_include()}", str(src), "-o", str(exe), "-ldl", "-pthread"],
+        capture_output=True,
+        text=True,
     )
     if cc.returncode != 0:
         pytest.skip(f"cannot build the C test client: {cc.stderr}")
@@ -322,8 +344,23 @@ def test_unbalanced_ranges_are_reported(tool):
     assert dangling.end_ns is None
 
 
+def test_failed_child_is_reported_by_check(tool):
+    result = capture_subprocess("""
+        import sys
+        sys.exit("boom")
+    """)
+    assert result.returncode == 1 and result.processes == {} and result.events == []
+    with pytest.raises(CapturedProcessFailed, match="boom"):
+        result.check()
+
+
 def test_count_mode_counts_only(tool):
-    code = "import nvtx\nfor i in range(500):\n    nvtx.push_range('x'); nvtx.mark('m'); nvtx.pop_range()\nnvtx.pop_range()"
+    code = """
+        import nvtx
+        for i in range(500):
+            nvtx.push_range("x"); nvtx.mark("m"); nvtx.pop_range()
+        nvtx.pop_range()
+    """
     result = capture_subprocess(code, mode="count").check()
     proc = _only_process(result)
     assert proc.mode == "count" and proc.complete
@@ -459,7 +496,8 @@ def test_attach_after_first_nvtx_call_raises(tool):
         """
     )
     assert out.returncode == 0, out.stderr
-    assert "raised:" in out.stdout and "nvtx package" in out.stdout and "before the first NVTX call" in out.stdout
+    assert "raised:" in out.stdout and "nvtx package" in out.stdout
+    assert "before the first NVTX call" in out.stdout
 
 
 PLUGIN_TEST = """
@@ -479,7 +517,8 @@ def _run_plugin_test(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     (tmp_path / "test_plugin_use.py").write_text(PLUGIN_TEST)
     argv = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider"]
     argv += ["-p", "nvtx_regions.testing.pytest_plugin", "test_plugin_use.py"]
-    return subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, env=_plain_env(**env), timeout=60)
+    env = _plain_env(**env)
+    return subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=60)
 
 
 def test_pytest_plugin_fixture(tool, tmp_path):
@@ -526,8 +565,11 @@ def test_missing_compiler_raises_capture_unavailable(monkeypatch, tmp_path):
 def test_missing_headers_raise_capture_unavailable(monkeypatch, tmp_path):
     monkeypatch.setenv("NVTX_REGIONS_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("NVTX_REGIONS_NVTX_INCLUDE", str(tmp_path))
+    monkeypatch.setenv("CC", sys.executable)  # any existing program: the headers are checked before it runs
     with pytest.raises(CaptureUnavailable, match="NVTX_REGIONS_NVTX_INCLUDE"):
         build_tool()
+    with pytest.raises(CaptureUnavailable, match="directory that contains the nvtx3/"):
+        find_nvtx_include()
 
 
 def test_failing_compiler_output_is_reported(monkeypatch, tmp_path):
@@ -538,12 +580,15 @@ def test_failing_compiler_output_is_reported(monkeypatch, tmp_path):
     assert list((tmp_path / "cache").iterdir()) == []  # no partial library left behind
 
 
-def test_concurrent_builds_share_one_cached_library(tool, tmp_path):
+def test_concurrent_builds_share_one_cached_library(tool, tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     code = "from nvtx_regions.testing import build_tool; print(build_tool())"
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=_plain_env(NVTX_REGIONS_CACHE=str(cache))
+            [sys.executable, "-c", code],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=_plain_env(NVTX_REGIONS_CACHE=str(cache)),
         )
         for _ in range(2)
     ]
@@ -551,11 +596,10 @@ def test_concurrent_builds_share_one_cached_library(tool, tmp_path):
     assert all(p.returncode == 0 for p in procs)
     assert paths[0] == paths[1] and Path(paths[0]).parent == cache
     assert [f.name for f in cache.iterdir()] == [Path(paths[0]).name]  # no temp files left
-    os.environ["NVTX_REGIONS_CACHE"] = str(cache)
-    try:
-        assert str(build_tool()) == paths[0]  # cached: same key, no rebuild
-    finally:
-        os.environ.pop("NVTX_REGIONS_CACHE")
+    monkeypatch.setenv("NVTX_REGIONS_CACHE", str(cache))
+    mtime = Path(paths[0]).stat().st_mtime_ns
+    assert str(build_tool()) == paths[0]  # cached: same key, no rebuild
+    assert Path(paths[0]).stat().st_mtime_ns == mtime
 
 
 # ------------------------------------------------------------------ helpers on synthetic events
@@ -583,6 +627,7 @@ def test_range_tree_nests_per_thread_and_domain():
     assert tree[2][0].end_ns is None
     with pytest.raises(ValueError, match="2 threads"):
         flatten(tree)
+    assert flatten(range_tree([])) == []
     assert [(p.problem, p.tid, p.message) for p in balance_problems(events)] == [
         ("push_never_popped", 2, "other-thread")
     ]
