@@ -50,6 +50,9 @@ class TraceReport:
     ranges_per_rule: tuple[int, ...]
     seconds: float
     plan: Plan
+    # (depth, message) of each range, in push order: what one call of the trace
+    # emits when no gate is closed. Depth 0 is outermost within this trace.
+    ranges_emitted: tuple[tuple[int, str], ...] = ()
 
 
 def _printer(template: str):
@@ -151,7 +154,8 @@ class NvtxProfileTransform(Transform):
         else:
             self._last_forward = view
         plan = make_plan(self.compiled, view)
-        result = trace if plan.empty else self._annotate(trace, plan)
+        emitted: list[tuple[int, str]] = []
+        result = trace if plan.empty else self._annotate(trace, plan, emitted)
         seconds = time.perf_counter() - started
         if result is not trace:
             result.set_provenance(
@@ -161,7 +165,9 @@ class NvtxProfileTransform(Transform):
                 )
             )
         self.reports.append(
-            TraceReport(view.name, view.phase, view.length, len(plan.ranges), plan.ranges_per_rule, seconds, plan)
+            TraceReport(
+                view.name, view.phase, view.length, len(plan.ranges), plan.ranges_per_rule, seconds, plan, tuple(emitted)
+            )
         )
         self._tally(trace, view, plan)
         return result
@@ -213,7 +219,7 @@ class NvtxProfileTransform(Transform):
         else:
             tally.report(strict=self.strict, where="the forward trace of this compilation")
 
-    def _annotate(self, trace: TraceCtx, plan: Plan) -> TraceCtx:
+    def _annotate(self, trace: TraceCtx, plan: Plan, emitted: list[tuple[int, str]]) -> TraceCtx:
         serial = next_serial()
         prefix = f"nvtx_regions_{serial}"
         groups: dict[Any, Group] = {}
@@ -235,8 +241,13 @@ class NvtxProfileTransform(Transform):
         pops: dict[int, list[BoundSymbol]] = {}
         last_pop: BoundSymbol | None = None
         last_pop_key: tuple[int, int] = (-1, -1)
+        open_ends: list[int] = []  # ends of the ranges enclosing the current one
         for number, planned in enumerate(plan.ranges):
             message = planned.label if planned.label is not None else one_line(bsyms[planned.start])
+            while open_ends and open_ends[-1] < planned.start:
+                open_ends.pop()
+            emitted.append((len(open_ends), message))
+            open_ends.append(planned.end)
             rule = self.compiled.rules[planned.rules[0]]
             attributes = self.domain.attributes(
                 message, color=rule_color(rule.number), category=rule.rule.label or rule.rule.text or render(rule.rule)
