@@ -1,0 +1,112 @@
+"""Shared fixtures: real thunder CPU traces of an MLP and a small GPT, forward
+and backward, with the default executors and with torch.compile fusions.
+
+The capture plugin attaches the NVTX capture tool before the first NVTX call,
+so in this test session NVTX domains are real and every range call is seen.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import pytest
+
+pytest_plugins = ["nvtx_regions.testing.pytest_plugin"]
+
+
+def pytest_configure(config):
+    warnings.filterwarnings("ignore", message="transformer_engine module not found")
+    warnings.filterwarnings("ignore", message=".*is_autocast_cpu_enabled.*")
+
+
+def make_mlp():
+    import torch
+
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.LayerNorm(16), torch.nn.Linear(16, 4)
+    )
+
+
+def mlp_inputs():
+    import torch
+
+    torch.manual_seed(1)
+    return (torch.randn(5, 8),)
+
+
+def make_gpt(n_layer: int = 2):
+    import torch
+    from thunder.tests.nanogpt_model import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    return GPT(GPTConfig(block_size=16, vocab_size=64, n_layer=n_layer, n_head=2, n_embd=32, dropout=0.0))
+
+
+def gpt_inputs():
+    import torch
+
+    torch.manual_seed(1)
+    return torch.randint(0, 64, (2, 16)), torch.randint(0, 64, (2, 16))
+
+
+def loss_of(output):
+    return output[1] if isinstance(output, tuple) else output.sum()
+
+
+# (model name, executors): GPT with torch.compile fusions uses one layer, since
+# each compile of it costs tens of seconds on these CPUs.
+CONFIGS = {
+    ("mlp", None): (make_mlp, mlp_inputs),
+    ("mlp", "torchcompile"): (make_mlp, mlp_inputs),
+    ("gpt", None): (make_gpt, gpt_inputs),
+    ("gpt", "torchcompile"): (functools.partial(make_gpt, 1), gpt_inputs),
+}
+
+
+class Recorder:
+    """A thunder transform that keeps the traces post-optimization transforms get."""
+
+    def __new__(cls):
+        from thunder.core.transform_common import Transform
+
+        class _Recorder(Transform):
+            def __init__(self):
+                self.traces = []
+
+            def transform_trace_post_optimization(self, trace, **kwargs):
+                self.traces.append(trace)
+                return trace
+
+        return _Recorder()
+
+
+@functools.lru_cache(maxsize=None)
+def compiled(model: str, executors: str | None, select: str | None = "<none>"):
+    """Jit a fresh model (with an NvtxProfileTransform of `select`, or with a
+    `Recorder` for "<none>"), run forward and backward once. Returns (jitted,
+    transform, output, grads, forward trace, backward trace); for "<none>" the
+    traces are those post-optimization transforms receive."""
+    import thunder
+
+    from nvtx_regions import NvtxProfileTransform
+
+    make, inputs = CONFIGS[(model, executors)]
+    net = make()
+    transforms = [Recorder()] if select == "<none>" else [NvtxProfileTransform(select)]
+    options = {"executors": [executors]} if executors else {}
+    jitted = thunder.jit(net, transforms=transforms, **options)
+    out = jitted(*inputs())
+    loss_of(out).backward()
+    grads = [p.grad.clone() for p in net.parameters()]
+    if select == "<none>":
+        forward, backward = transforms[0].traces
+    else:
+        forward, backward = thunder.last_traces(jitted)[-1], thunder.last_backward_traces(jitted)[-1]
+    return jitted, transforms[0], out, grads, forward, backward
+
+
+@pytest.fixture(params=list(CONFIGS), ids=lambda c: f"{c[0]}-{c[1] or 'default'}")
+def config(request):
+    return request.param
