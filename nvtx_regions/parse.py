@@ -279,6 +279,7 @@ def _got(token: Token) -> str:
     return f'"{token}"'
 
 
+_WORD_AT = re.compile(r'[^\s,<>()";#]+')
 _WORD_BEFORE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*$")
 _FILTER_WORDS = ["op", "reads", "between", "forward", "backward", "all", "rank", "steps", "not"]
 
@@ -334,9 +335,15 @@ def _convert(error: Exception, source: str, filename: str) -> SelectorSyntaxErro
     if isinstance(error, lark.exceptions.UnexpectedToken):
         token = error.token
         if token.type == "$END" or token.start_pos is None:
-            pos, width = len(source.rstrip()), 1
+            # At end of input the caret goes after the last character (of the last line).
+            pos, width = len(source.rstrip("\r\n")), 1
         else:
             pos, width = token.start_pos, len(token) if token.type != "_NL" else 1
+            word = _WORD_AT.match(source, pos)
+            if word and word.end() - pos > width:
+                # The fallback lexer may have matched only part of the word the user wrote.
+                token = Token(token.type, word.group(0), start_pos=pos)
+                error.token, width = token, len(token)
         line_start = source.rfind("\n", 0, pos) + 1
         line_end = source.find("\n", pos)
         line = source[line_start : len(source) if line_end == -1 else line_end]

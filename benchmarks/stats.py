@@ -1,0 +1,65 @@
+"""Medians, interleaved timing and bootstrap intervals for noisy machines."""
+
+from __future__ import annotations
+
+import gc
+import random
+import time
+from typing import Callable, Mapping, Sequence
+
+
+def median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    n = len(ordered)
+    if n == 0:
+        return float("nan")
+    mid = n // 2
+    return ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def interleaved(calls: Mapping[str, Callable[[], None]], rounds: int, *, warmup: int = 0) -> dict[str, list[int]]:
+    """Time each call once per round, in an order that rotates every round.
+
+    Returns nanoseconds per call, per name, one entry per round (warm-up rounds
+    dropped). The garbage collector is off while timing.
+    """
+    names = list(calls)
+    times: dict[str, list[int]] = {name: [] for name in names}
+    gc.collect()
+    gc.disable()
+    try:
+        for number in range(warmup + rounds):
+            shift = number % len(names)
+            for name in names[shift:] + names[:shift]:
+                call = calls[name]
+                started = time.perf_counter_ns()
+                call()
+                elapsed = time.perf_counter_ns() - started
+                if number >= warmup:
+                    times[name].append(elapsed)
+    finally:
+        gc.enable()
+    return times
+
+
+def per_range_ns(times: Mapping[str, Sequence[int]], variant: str, ranges: int, base: str = "none") -> float:
+    """(median step of `variant` - median step of `base`) / ranges."""
+    return (median(times[variant]) - median(times[base])) / ranges
+
+
+def bootstrap(
+    statistic: Callable[[list[int]], float], rounds: int, *, samples: int = 400, seed: int = 0, level: float = 0.9
+) -> tuple[float, float]:
+    """A percentile interval for `statistic(round_indexes)`, resampling whole rounds.
+
+    Resampling rounds (not single timings) keeps each round's variants together,
+    so drift common to a round stays paired.
+    """
+    rng = random.Random(seed)
+    values = sorted(statistic([rng.randrange(rounds) for _ in range(rounds)]) for _ in range(samples))
+    tail = (1 - level) / 2
+    return values[int(tail * (samples - 1))], values[int((1 - tail) * (samples - 1))]
+
+
+def pick(times: Sequence[int], indexes: Sequence[int]) -> list[int]:
+    return [times[i] for i in indexes]

@@ -1,0 +1,258 @@
+"""One benchmark process: compile the variants of each size, time them, write JSON.
+
+    python benchmarks/worker.py --mode plain|tool|verify --layers 2,8,32 --out result.json [--smoke] [--lock FILE]
+
+plain: no NVTX tool. Run-time cost (every op, `op in <linear>`), the stack-depth
+    sweep at the smallest size, and transform (compile-time) cost.
+tool: the capture tool attached in count mode (`run.py` sets
+    NVTX_INJECTION64_PATH and NVTX_REGIONS_CAPTURE_MODE=count). Run-time cost,
+    the depth sweep, and per-step push/pop counts checked against the traces.
+verify: the capture tool in events mode at one size: the messages, domains and
+    nesting one step emits, checked against the traces.
+
+Workers may run side by side. With --lock, compiling holds a shared lock and
+timing an exclusive one, so compilations overlap but nothing runs while a
+worker times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import gc
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+_MODE = sys.argv[sys.argv.index("--mode") + 1] if "--mode" in sys.argv[:-1] else None
+if __name__ == "__main__" and _MODE in ("tool", "verify"):
+    # Before torch or nvtx make their first NVTX call: NVTX picks its tool then.
+    from nvtx_regions.testing import attach
+
+    attach(mode="count" if _MODE == "tool" else "events")
+
+import stats  # noqa: E402
+
+STARTED = time.perf_counter()
+
+
+def log(mode: str, message: str) -> None:
+    print(f"[{mode} {time.perf_counter() - STARTED:6.1f}s] {message}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def locked(path: str | None, *, exclusive: bool):
+    if path is None:
+        yield
+        return
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def rounds_for(step_seconds: float, variants: int, budget: float, low: int, high: int) -> int:
+    return max(low, min(high, int(budget / (variants * max(step_seconds, 1e-4)))))
+
+
+def transform_reruns(inputs: list, reps: int) -> dict[str, list[float]]:
+    """Seconds per rep in transform_trace_post_optimization over `inputs`, ours and thunder's, interleaved."""
+    from thunder.dev_utils.nvtx_profile_transform import NvtxProfileTransform as ThunderNvtxTransform
+
+    from nvtx_regions import NvtxProfileTransform
+
+    ours, theirs = NvtxProfileTransform(), ThunderNvtxTransform()
+    seconds: dict[str, list[float]] = {"ours": [], "thunder": []}
+    for rep in range(reps + 1):  # the first rep warms up
+        order = [("ours", ours), ("thunder", theirs)]
+        if rep % 2:
+            order.reverse()
+        for name, transform in order:
+            gc.collect()
+            gc.disable()
+            try:
+                started = time.perf_counter_ns()
+                for trace in inputs:
+                    transform.transform_trace_post_optimization(trace)
+                elapsed = time.perf_counter_ns() - started
+            finally:
+                gc.enable()
+            if rep:
+                seconds[name].append(elapsed / 1e9)
+        ours.reports.clear()
+    return seconds
+
+
+def push_messages(trace) -> list[tuple[str | None, str]]:
+    """(domain, message) of each push in a final trace, in order: what one call should emit."""
+    out = []
+    for bsym in trace.bound_symbols:
+        name = bsym.sym.name
+        if name == "nvtx_range_push":
+            out.append((None, bsym.args[0]))
+        elif name.startswith("nvtx_regions_") and "_push" in name:
+            out.append(("nvtx_regions", json.loads(bsym.args[1])))
+    return out
+
+
+def measure_size(mode: str, layers: int, args: argparse.Namespace) -> dict:
+    import thunder
+    import torch
+
+    import workload
+
+    variants = {"plain": ["none", "ours", "thunder", "ours_linear"], "tool": ["none", "ours", "thunder"]}.get(
+        mode, ["ours", "thunder"]
+    )
+    result: dict = {"layers": layers}
+    with locked(args.lock, exclusive=False):
+        model, x, y = workload.make_model(layers)
+        compiled = {}
+        with workload.shared_initial_trace():
+            for variant in variants:
+                compiled[variant] = c = workload.compile_variant(model, x, y, variant)
+                log(mode, f"{layers} layers: compiled {variant} in {c.compile_seconds:.1f}s, "
+                          f"bsyms {c.bsyms}, ranges {c.ranges}")
+    result["bsyms"] = {v: c.bsyms for v, c in compiled.items()}
+    result["ranges"] = {v: c.ranges for v, c in compiled.items()}
+    result["compile_seconds"] = {v: c.compile_seconds for v, c in compiled.items()}
+    result["in_situ_transform"] = {
+        v: {"seconds": c.transform_seconds, "bsyms": c.transform_bsyms}
+        for v, c in compiled.items() if c.transform is not None
+    }
+
+    with locked(args.lock, exclusive=True):
+        if mode == "verify":
+            result["verify"] = verify_messages(compiled)
+            return result
+
+        steps = {v: c.step for v, c in compiled.items()}
+        if mode == "tool":
+            result["counts"] = count_calls(compiled)
+        probe = stats.interleaved({"none": steps["none"]}, 5, warmup=2)
+        step_seconds = stats.median(probe["none"]) / 1e9
+        budget = args.budget if not args.smoke else 1.5
+        rounds = rounds_for(step_seconds, len(steps), budget, 10 if args.smoke else 30, 600)
+        log(mode, f"{layers} layers: timing {len(steps)} variants x {rounds} rounds (step ~{step_seconds * 1e3:.1f} ms)")
+        result["rounds"] = rounds
+        result["step_ns"] = stats.interleaved(steps, rounds, warmup=3 if args.smoke else 10)
+
+        if layers == args.sweep_layers:
+            depths = list(range(0, 160, 40)) if args.smoke else list(range(0, 160))
+            per_depth = 2 if args.smoke else 5
+            log(mode, f"{layers} layers: stack-depth sweep, {len(depths)} depths x {per_depth} rounds")
+            sweep: dict[str, list[list[int]]] = {v: [] for v in ("none", "ours", "thunder")}
+            for depth in depths:
+                calls = {v: (lambda s=steps[v], d=depth: workload.at_depth(d, s)) for v in sweep}
+                times = stats.interleaved(calls, per_depth, warmup=1)
+                for v in sweep:
+                    sweep[v].append(times[v])
+            code = workload.at_depth.__code__
+            result["depth_sweep"] = {
+                "depths": depths,
+                "ns": sweep,
+                # _PyInterpreterFrame on 3.11: 9 words of header, then locals and the value stack.
+                "frame_bytes": 8 * (code.co_nlocals + code.co_stacksize + 9),
+            }
+
+        if mode == "plain":
+            inputs = compiled["ours"].inputs
+            once = compiled["ours"].transform_seconds + compiled["thunder"].transform_seconds
+            reps = 3 if args.smoke else max(5, min(30, int(6.0 / max(once, 1e-3))))
+            log(mode, f"{layers} layers: transform reruns x {reps}")
+            result["transform_ns_bsyms"] = sum(len(t.bound_symbols) for t in inputs)
+            result["transform_seconds"] = transform_reruns(inputs, reps)
+    del compiled, steps, model
+    gc.collect()
+    return result
+
+
+def count_calls(compiled: dict) -> dict:
+    """Push/pop calls the tool counted in one step of each variant."""
+    from nvtx_regions.testing import capture
+
+    counts = {}
+    for variant, c in compiled.items():
+        with capture() as events:
+            c.step()
+        counts[variant] = {k: events.counts.get(k, 0) for k in ("push", "pop", "register_string")}
+        counts[variant]["expected"] = sum(c.ranges)
+    return counts
+
+
+def verify_messages(compiled: dict) -> dict:
+    """One step per variant with events recorded: messages in order, domains and nesting."""
+    import thunder
+
+    from nvtx_regions.testing import balance_problems, capture
+
+    out = {}
+    for variant, c in compiled.items():
+        expected = []
+        for trace in (thunder.last_traces(c.jitted)[-1], thunder.last_backward_traces(c.jitted)[-1]):
+            expected += push_messages(trace)
+        with capture() as events:
+            c.step()
+        got = [(e.domain, e.message) for e in events if e.kind == "push"]
+        pops = sum(1 for e in events if e.kind == "pop")
+        mismatch = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), None)
+        out[variant] = {
+            "expected_pushes": len(expected),
+            "pushes": len(got),
+            "pops": pops,
+            "messages_equal": got == expected,
+            "first_mismatch": None if mismatch is None else [mismatch, got[mismatch], expected[mismatch]],
+            "balance_problems": [str(p) for p in balance_problems(events)][:3],
+            "domains": sorted({str(d) for d, _ in got}),
+        }
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--mode", choices=("plain", "tool", "verify"), required=True)
+    parser.add_argument("--layers", default="2,8,32")
+    parser.add_argument("--sweep-layers", type=int, default=None, help="size of the depth sweep (default: smallest)")
+    parser.add_argument("--budget", type=float, default=10.0, help="seconds of step timing per size")
+    parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--lock")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.layers.split(",")]
+    if args.sweep_layers is None:
+        args.sweep_layers = min(sizes)
+    if args.mode == "verify":
+        sizes = [min(sizes)]
+
+    import torch
+
+    # One thread: steady timings on a small shared machine; the model is tiny anyway.
+    torch.set_num_threads(1)
+    import thunder
+
+    out = {
+        "mode": args.mode,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "thunder": getattr(thunder, "__version__", "?"),
+        "threads": torch.get_num_threads(),
+        "tool": os.environ.get("NVTX_INJECTION64_PATH"),
+        "capture_mode": os.environ.get("NVTX_REGIONS_CAPTURE_MODE"),
+        "sizes": [],
+    }
+    for layers in sizes:
+        out["sizes"].append(measure_size(args.mode, layers, args))
+        Path(args.out).write_text(json.dumps(out))
+    log(args.mode, "done")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,203 @@
+"""End to end: each way of handing the transform to thunder, on real models,
+forward and backward, with the NVTX calls captured at run time.
+
+Each test runs its models in a child process under `capture_subprocess` and
+compares what every thread emitted (message, nesting depth, domain, balance)
+with what the transform planned for each trace (`TraceReport.ranges_emitted`).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from nvtx_regions.testing import capture_subprocess, unavailable_reason
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "workers"))
+import regions_kit as kit  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+SPEC = REPO / "examples" / "regions.nvtx"
+
+pytestmark = pytest.mark.skipif(
+    bool(unavailable_reason()), reason=f"NVTX capture tool unavailable: {unavailable_reason()}"
+)
+
+
+def run(code: str, *, timeout: float = 120):
+    result = capture_subprocess(code, cwd=kit.WORKERS, timeout=timeout).check()
+    (process,) = result.processes.values()
+    return kit.result(result.stdout), process
+
+
+JIT = """
+import thunder, torch
+from thunder.core.transforms import add_transform
+from nvtx_regions import NvtxProfileTransform
+from regions_kit import emit, mlp, reports, small_gpt
+
+# thunder.jit(transforms=[...]), default domain "nvtx_regions"
+mlp_t = NvtxProfileTransform("op in <linear, matmul>; mlp: between first(op in <linear>)..last(op in <linear>)")
+jm = thunder.jit(mlp(), transforms=[mlp_t])
+x = torch.randn(3, 8, requires_grad=True)
+
+# thunder.jit on nanoGPT with the quickstart's spec file
+gpt_t = NvtxProfileTransform(spec=SPEC, domain="gpt")
+jgpt = thunder.jit(small_gpt(), transforms=[gpt_t])
+idx = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(1))
+targets = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(2))
+
+# add_transform on an already jitted module, into NVTX's default domain
+add_t = NvtxProfileTransform("op in <linear, matmul>", domain=None)
+jadd = add_transform(thunder.jit(mlp()), transform=add_t)
+
+for step in range(2):
+    jm(x).sum().backward()
+    _, loss = jgpt(idx, targets)
+    loss.backward()
+    jadd(x).sum().backward()
+
+emit(
+    mlp=reports(mlp_t), gpt=reports(gpt_t), add=reports(add_t),
+    misses=[thunder.cache_misses(f) for f in (jm, jgpt, jadd)],
+)
+"""
+
+
+@pytest.fixture(scope="module")
+def jitted():
+    """MLP and nanoGPT under thunder.jit, and an MLP under add_transform, 2 steps each."""
+    return run(JIT.replace("SPEC", repr(str(SPEC))), timeout=240)
+
+
+def _steps(reports, steps: int = 2) -> kit.Call:
+    forward, backward = reports
+    assert (forward["phase"], backward["phase"]) == ("forward", "backward")
+    return (kit.planned(forward) + kit.planned(backward)) * steps
+
+
+def test_jit_mlp_forward_and_backward(jitted):
+    out, process = jitted
+    forward, backward = out["mlp"]
+    assert [r["ranges"] for r in out["mlp"]] == [3, 4]  # mlp region + 2 linears; 4 matmuls
+    assert kit.planned(forward)[0] == (0, "mlp")
+    assert [depth for depth, _ in kit.planned(forward)] == [0, 1, 1]
+    assert out["misses"][0] == 1
+    assert kit.captured(process, "nvtx_regions") == {out["tid"]: _steps(out["mlp"])}
+
+
+def test_jit_gpt_with_spec_file(jitted):
+    out, process = jitted
+    forward, backward = out["gpt"]
+    # examples/regions.nvtx: 2 embeddings, block0 (forward) around its 7 matmul/softmax ops, 9 more
+    # in block 1 and the head; in the backward, the matmuls and the block0_grad region.
+    assert kit.planned(forward)[:3] == [
+        (0, forward["emitted"][0]["message"]),
+        (0, forward["emitted"][1]["message"]),
+        (0, "block0"),
+    ]
+    assert all("embedding" in forward["emitted"][i]["message"] for i in (0, 1))
+    assert [d for d, _ in kit.planned(forward)].count(1) == 7
+    assert "block0_grad" in [m for _, m in kit.planned(backward)]
+    assert out["misses"][1] == 1
+    assert kit.captured(process, "gpt") == {out["tid"]: _steps(out["gpt"])}
+
+
+def test_add_transform_default_nvtx_domain(jitted):
+    out, process = jitted
+    assert [r["ranges"] for r in out["add"]] == [2, 4]
+    assert out["misses"][2] == 1
+    assert kit.captured(process, None) == {out["tid"]: _steps(out["add"])}
+    # Each transform wrote to its own domain, and to no other.
+    assert kit.push_domains(process) == {"nvtx_regions", "gpt", None}
+
+
+THUNDERFX = """
+import thunder, torch
+from thunder.dynamo import ThunderCompiler
+from nvtx_regions import NvtxProfileTransform
+from regions_kit import emit, reports
+
+class TwoPieces(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = torch.nn.Linear(8, 16)
+        self.b = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = torch.nn.functional.gelu(self.a(x))
+        torch._dynamo.graph_break()  # two subgraphs, one transform
+        return self.b(h)
+
+t = NvtxProfileTransform("op in <linear, matmul>", domain="fx")
+backend = ThunderCompiler(transforms=[t])
+model = torch.compile(TwoPieces(), backend=backend)
+x = torch.randn(3, 8, requires_grad=True)
+seen = []
+for step in range(2):
+    model(x).sum().backward()
+    seen.append(len(t.reports))
+emit(fx=reports(t), subgraphs=len(backend.subgraph_infos), reports_after_step=seen)
+"""
+
+
+def test_thunderfx_subgraphs_share_one_transform():
+    out, process = run(THUNDERFX, timeout=180)
+    assert out["subgraphs"] == 2
+    assert out["reports_after_step"] == [4, 4]  # compiled in step 0 only
+    # thunder compiles each subgraph's forward and backward together, in graph order.
+    a_fw, a_bw, b_fw, b_bw = out["fx"]
+    assert [r["phase"] for r in out["fx"]] == ["forward", "backward"] * 2
+    assert [r["ranges"] for r in out["fx"]] == [1, 2, 1, 2]
+    assert "_modules_a_" in a_fw["emitted"][0]["message"] and "_modules_b_" in b_fw["emitted"][0]["message"]
+    # Autograd runs the backwards in reverse: b's, then a's.
+    step = kit.planned(a_fw) + kit.planned(b_fw) + kit.planned(b_bw) + kit.planned(a_bw)
+    assert kit.push_domains(process) == {"fx"}
+    assert kit.captured(process, "fx") == {out["tid"]: step * 2}
+
+
+# ---------------------------------------------------------------- torchrun: DDP and FSDP
+
+DISTRIBUTED_SPEC = "op in <linear, matmul>\ncollectives: between first(op in <torch_all_*, torch_reduce_scatter*>)..last(op in <torch_wait*>)"
+
+
+@pytest.fixture(scope="module")
+def distributed():
+    """DDP then FSDP of the MLP, 2 steps each, on 2 CPU ranks (gloo)."""
+    argv = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+        str(kit.WORKERS / "distributed_worker.py"), "ddp", "fsdp",
+    ]  # fmt: skip
+    result = capture_subprocess(argv, cwd=kit.WORKERS, timeout=300).check()
+    outs = {out["rank"]: out for out in kit.results(result.stdout)}
+    ranks = result.by_rank()
+    assert sorted(outs) == sorted(ranks) == [0, 1]
+    return outs, ranks
+
+
+@pytest.mark.parametrize("wrapper", ["ddp", "fsdp"])
+def test_distributed_each_rank(distributed, wrapper):
+    outs, ranks = distributed
+    for rank in (0, 1):
+        out = outs[rank]
+        assert out["spec"] == DISTRIBUTED_SPEC
+        assert out[f"{wrapper}_matches_reference"] is True
+        forward, backward = out[wrapper]
+        messages = [m for _, m in kit.planned(forward) + kit.planned(backward)]
+        if wrapper == "ddp":
+            # Gradients are all-reduced after the backward's last matmul.
+            assert [r["ranges"] for r in out[wrapper]] == [2, 4]
+            assert messages[-1] == "collectives" and kit.planned(backward)[-1][0] == 0
+        else:
+            # Parameters are all-gathered before the first linear, and waited for after it;
+            # gradients are reduce-scattered after the backward's last matmul.
+            assert [r["ranges"] for r in out[wrapper]] == [3, 4]
+            assert kit.planned(forward)[:2] == [(0, "collectives"), (1, forward["emitted"][1]["message"])]
+            assert messages[-1] == "collectives"
+        assert ranks[rank].world_size == 2
+        assert kit.captured(ranks[rank], wrapper) == {out["tid"]: _steps(out[wrapper])}
+    assert outs[0][wrapper] == outs[1][wrapper]  # same plan on both ranks
+    assert kit.push_domains(ranks[0]) == kit.push_domains(ranks[1]) == {"ddp", "fsdp"}

@@ -1,0 +1,120 @@
+"""Hypothesis: the real grammar as a fuzzer, generated trees round-tripping
+through render/parse, and arbitrary text raising nothing but our own error."""
+
+from __future__ import annotations
+
+import lark
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.lark import from_lark
+
+from nvtx_regions import SelectorSyntaxError, parse, render
+from nvtx_regions import tree as T
+from nvtx_regions.parse import grammar_text
+from nvtx_regions.tree import KEYWORDS
+
+GRAMMAR = lark.Lark(grammar_text(), parser="lalr")
+_KEYWORD_TERMINALS = {t.name: t.pattern.value for t in GRAMMAR.terminals if t.pattern.value in KEYWORDS}
+assert len(_KEYWORD_TERMINALS) == len(KEYWORDS), "a keyword of tree.KEYWORDS is missing from the grammar"
+
+_identifier = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,6}", fullmatch=True).filter(lambda s: s not in KEYWORDS)
+
+# from_lark puts nothing between adjacent terminals and drops ignored tokens
+# (comments) anywhere, even mid-line: give keywords and words their own
+# spaces, and keep comments to where they cannot swallow the rest of a rule.
+EXPLICIT = {
+    **{name: st.just(f" {word} ") for name, word in _KEYWORD_TERMINALS.items()},
+    "NAME": _identifier.map(lambda s: f" {s} "),
+    "GLOB": st.sampled_from(["linear", "nvFusion*", "TorchCompile?", "torch.ops.aten.add", "[ab]*"]).map(
+        lambda s: f" {s} "
+    ),
+    "INT": st.integers(0, 99).map(lambda n: f" {n} "),
+    "STRING": st.text(min_size=1, max_size=5).map(lambda s: " " + __import__("json").dumps(s) + " "),
+    "COMMENT": st.sampled_from(["", " "]),
+    "_NL": st.sampled_from(["\n", "\n\n", "\r\n"]),
+}
+
+SPEC_TEXT = from_lark(GRAMMAR, start="start", explicit=EXPLICIT)
+
+
+def test_grammar_generated_text_parses_or_raises_our_error():
+    outcomes: list[bool] = []
+
+    @settings(max_examples=200, database=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(SPEC_TEXT)
+    def run(text):
+        try:
+            spec = parse(text)
+        except SelectorSyntaxError:
+            outcomes.append(False)
+            return
+        outcomes.append(True)
+        assert parse(render(spec)) == spec
+
+    run()
+    # A fuzzer that only makes errors tests little. The grammar cannot say two
+    # things (no steps a..b with b < a, no keyword as a bare label): the rest parses.
+    assert len(outcomes) >= 100
+    assert sum(outcomes) >= 0.7 * len(outcomes), f"only {sum(outcomes)} of {len(outcomes)} texts were valid"
+
+
+# -- trees -------------------------------------------------------------------
+
+_text = st.text(min_size=1, max_size=8)
+_globs = st.lists(_text | st.sampled_from(["linear", "nv*", "t_?"]), min_size=1, max_size=3).map(tuple)
+_leaves = st.one_of(
+    _globs.map(T.OpIn),
+    _globs.map(T.Reads),
+    st.builds(T.Forward),
+    st.builds(T.Backward),
+    st.builds(T.All),
+    st.lists(st.integers(0, 512), min_size=1, max_size=3).map(lambda r: T.RankIn(tuple(r))),
+    st.tuples(st.integers(0, 99), st.integers(0, 99) | st.none()).map(
+        lambda t: T.Steps(t[0], None if t[1] is None else t[0] + t[1])
+    ),
+)
+
+
+def _extend(children):
+    endpoint = st.one_of((_text | _identifier).map(T.Proxy), children.map(T.First), children.map(T.Last))
+    return st.one_of(
+        st.lists(children, min_size=2, max_size=3).map(lambda c: T.And(tuple(c))),
+        st.lists(children, min_size=2, max_size=3).map(lambda c: T.Or(tuple(c))),
+        children.map(T.Not),
+        children.map(T.BackwardOf),
+        st.builds(T.Between, endpoint, endpoint),
+    )
+
+
+EXPRS = st.recursive(_leaves, _extend, max_leaves=8)
+RULES = st.builds(T.Rule, EXPRS, st.none() | _text | _identifier | st.sampled_from(sorted(KEYWORDS)))
+SPECS = st.lists(RULES, max_size=4).map(lambda rules: T.Spec(tuple(rules)))
+
+
+@settings(max_examples=300)
+@given(SPECS)
+def test_generated_trees_round_trip(spec):
+    text = render(spec)
+    assert parse(text) == spec
+    assert render(parse(text)) == text
+
+
+@settings(max_examples=500)
+@given(st.text())
+def test_arbitrary_text_raises_only_selector_syntax_error(text):
+    try:
+        parse(text)
+    except SelectorSyntaxError as error:
+        assert error.lineno >= 1 and error.offset >= 1
+        assert error.text == (text.split("\n")[error.lineno - 1] if text else "").rstrip("\r")
+
+
+@settings(max_examples=300)
+@given(st.lists(st.sampled_from(["op", "in", "<", ">", ",", "(", ")", "not", "and", "or", "between", "..",
+                                 "t3", "x", ":", ";", "\n", "#c\n", "all", "first", "last", "of", "backward",
+                                 "steps", "1", "rank", '"q"', "reads", "forward"]), max_size=12))
+def test_token_soup_raises_only_selector_syntax_error(words):
+    try:
+        parse(" ".join(words))
+    except SelectorSyntaxError:
+        pass

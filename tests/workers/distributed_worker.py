@@ -1,0 +1,90 @@
+"""torchrun worker for tests/test_entry_points.py and tests/test_runtime_gates.py.
+
+    python -m torch.distributed.run --standalone --nproc_per_node=2 distributed_worker.py MODE...
+
+Modes, run in this order, each with its own transform and NVTX domain (its name):
+- ddp: thunder.distributed.ddp(thunder.jit(mlp, transforms=[t])), 2 steps.
+- fsdp: thunder.distributed.fsdp(thunder.jit(mlp, transforms=[t]), device=cpu), 2 steps.
+- gates: thunder.jit(mlp, transforms=[t]) with rank and step gates, 3 steps.
+Prints one `regions_kit.emit` line per rank.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+import warnings
+
+import thunder
+import torch
+import torch.distributed as dist
+from regions_kit import emit, mlp, reports
+
+from nvtx_regions import NvtxProfileTransform
+
+# Collectives as thunder 0.2.6's torch executor names them.
+DISTRIBUTED_SPEC = "op in <linear, matmul>\ncollectives: between first(op in <torch_all_*, torch_reduce_scatter*>)..last(op in <torch_wait*>)"
+GATES_SPEC = """
+rank0: rank in <0> and between first(op in <linear>)..last(op in <linear>)
+op in <linear>
+rank in <1> and steps 1.. and op in <matmul>
+"""
+
+
+def inputs(rank: int) -> torch.Tensor:
+    return torch.randn(3, 8, generator=torch.Generator().manual_seed(10 + rank))
+
+
+def main(modes: list[str]) -> None:
+    warnings.simplefilter("ignore", UserWarning)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    x = inputs(rank)
+    out: dict = {"rank": rank, "spec": DISTRIBUTED_SPEC}
+
+    if "ddp" in modes:
+        from thunder.distributed import ddp
+
+        t = NvtxProfileTransform(DISTRIBUTED_SPEC, domain="ddp")
+        reference = mlp()
+        model = ddp(thunder.jit(mlp(), transforms=[t]))
+        for _ in range(2):
+            y = model(x)
+            y.sum().backward()
+        # DDP averages gradients over ranks: the reference sees every rank's input.
+        for r in range(world):
+            (reference(inputs(r)).sum() * 2 / world).backward()
+        grads_match = all(
+            torch.allclose(p.grad, q.grad, atol=1e-5) for p, q in zip(model.parameters(), reference.parameters())
+        )
+        out["ddp"] = reports(t)
+        out["ddp_matches_reference"] = grads_match and torch.allclose(y, reference(x), atol=1e-5)
+
+    if "fsdp" in modes:
+        from thunder.distributed import fsdp
+
+        t = NvtxProfileTransform(DISTRIBUTED_SPEC, domain="fsdp")
+        model = mlp()
+        reference = copy.deepcopy(model)  # fsdp shards the module's own parameters
+        sharded = fsdp(thunder.jit(model, transforms=[t]), device=torch.device("cpu"))
+        for _ in range(2):
+            y = sharded(x)
+            y.sum().backward()
+        out["fsdp"] = reports(t)
+        out["fsdp_matches_reference"] = torch.allclose(y, reference(x), atol=1e-5)
+
+    if "gates" in modes:
+        t = NvtxProfileTransform(GATES_SPEC, domain="gates")
+        jm = thunder.jit(mlp(), transforms=[t])
+        for _ in range(3):
+            jm(x).sum().backward()
+        out["gates"] = reports(t)
+        out["gates_cache_misses"] = thunder.cache_misses(jm)
+
+    emit(**out)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

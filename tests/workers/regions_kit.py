@@ -1,0 +1,131 @@
+"""Shared by the end-to-end tests and the code they run in child processes.
+
+Child side: small models, and `emit`, which prints a JSON line with what the
+transforms planned (`reports`). Children import this module because they run
+with this directory as their working directory (``capture_subprocess(...,
+cwd=WORKERS)``) or as their script's directory (torchrun workers).
+
+Test side: `planned` and `one_call` turn a report into the ``(depth,
+message)`` list one call of that trace must emit; `captured` turns one
+process's NVTX events into the same form, per thread.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+WORKERS = Path(__file__).resolve().parent
+MARK = "nvtx_regions_result: "
+
+Call = list[tuple[int, str]]
+
+
+# ---------------------------------------------------------------- child side
+
+
+def mlp():
+    import torch
+
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+
+
+def small_gpt():
+    import torch
+    from thunder.tests.nanogpt_model import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    return GPT(GPTConfig(block_size=16, vocab_size=64, n_layer=2, n_head=2, n_embd=32, dropout=0.0))
+
+
+def reports(transform) -> list[dict[str, Any]]:
+    """transform.reports as JSON: per trace, its ranges in push order with their plan."""
+    return [
+        {
+            "phase": r.phase,
+            "trace": r.trace_name,
+            "ranges": r.ranges,
+            "emitted": [
+                {"depth": d, "message": m, "start": p.start, "end": p.end, "rules": list(p.rules), "kind": p.kind}
+                for (d, m), p in zip(r.ranges_emitted, r.plan.ranges, strict=True)
+            ],
+        }
+        for r in transform.reports
+    ]
+
+
+def emit(**result: Any) -> None:
+    """Print one result line for the test (the main thread's id is added as ``tid``)."""
+    import threading
+
+    result.setdefault("tid", threading.get_native_id())
+    print(MARK + json.dumps(result), flush=True)
+
+
+# ---------------------------------------------------------------- test side
+
+
+def results(stdout: str) -> list[dict[str, Any]]:
+    """Every `emit` line of a child's stdout (torchrun: one per rank, in any order)."""
+    return [json.loads(line[len(MARK) :]) for line in stdout.splitlines() if line.startswith(MARK)]
+
+
+def result(stdout: str) -> dict[str, Any]:
+    (only,) = results(stdout)
+    return only
+
+
+def planned(report: dict[str, Any]) -> Call:
+    """What one call of the trace emits with no gate closed, as the transform promises."""
+    assert len(report["emitted"]) == report["ranges"]
+    return [(r["depth"], r["message"]) for r in report["emitted"]]
+
+
+def one_call(
+    report: dict[str, Any],
+    rule_open: Callable[[int], bool] = lambda rule: True,
+    *,
+    until: int | None = None,
+) -> Call:
+    """What one call emits when only the rules for which `rule_open` is true are on.
+
+    A range is on when any of the rules that asked for it is. Depths are
+    recomputed from the plan's extents, counting only ranges that are on.
+    until: the index of the bound symbol that raised; the call pushes only
+    the ranges that start at or before it.
+    """
+    out: Call = []
+    open_ends: list[int] = []
+    for r in report["emitted"]:
+        if until is not None and r["start"] > until:
+            break
+        if not any(rule_open(n) for n in r["rules"]):
+            continue
+        while open_ends and open_ends[-1] < r["start"]:
+            open_ends.pop()
+        out.append((len(open_ends), r["message"]))
+        open_ends.append(r["end"])
+    return out
+
+
+def shifted(call: Call, by: int) -> Call:
+    return [(depth + by, message) for depth, message in call]
+
+
+def push_domains(process) -> set[str | None]:
+    return {e.domain for e in process.events if e.kind == "push"}
+
+
+def captured(process, domain: str | None) -> dict[int, Call]:
+    """One process's ranges of `domain`, per thread, as ``(depth, message)`` depth-first.
+
+    Raises `UnbalancedRanges` first if any thread's stack, in any domain, is unbalanced.
+    """
+    from nvtx_regions.testing import check_balanced, flatten, range_tree
+
+    check_balanced(process.events)
+    tree = range_tree(process.events, domain=domain)
+    return {tid: [(depth, message) for depth, _, message in flatten(roots)] for tid, roots in tree.items()}
