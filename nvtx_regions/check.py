@@ -43,7 +43,10 @@ class RuleTally:
 
     def report(self, *, strict: bool, where: str) -> None:
         """Warn (or with `strict`, raise `SelectorError`) for each rule that selected nothing."""
-        problems = [f"{rule.describe()} selected nothing in {where}{self._why(rule)}" for rule in self.unselected()]
+        problems = []
+        for rule in self.unselected():
+            reason = self.reason(rule)
+            problems.append(f"{rule.describe()} selected nothing in {where}{'; ' + reason if reason else ''}")
         if not problems:
             return
         if strict:
@@ -51,7 +54,8 @@ class RuleTally:
         for problem in problems:
             warnings.warn(problem, NvtxRegionsWarning, stacklevel=4)
 
-    def _why(self, rule: CompiledRule) -> str:
+    def reason(self, rule: CompiledRule) -> str:
+        """Why `rule` may have selected nothing: its names that are in none of the traces."""
         op_names = sorted({op.name for view in self.views for op in view.ops})
         notes = []
         for part in walk(rule.rule.expr):
@@ -71,7 +75,7 @@ class RuleTally:
                 for glob in part.globs:
                     if not any(fnmatch.fnmatchcase(name, glob) for name in names):
                         notes.append(self._missing(f"read {glob!r}", glob, names))
-        return ("; " + "; ".join(notes)) if notes else ""
+        return "; ".join(notes)
 
     @staticmethod
     def _missing(what: str, name: str, candidates: list[str], verb: str = "matches nothing") -> str:

@@ -64,6 +64,7 @@ class Op:
     reads: tuple[str, ...]  # names of the proxies it consumes
     writes: tuple[str, ...]  # names of the proxies it produces
     is_fusion: bool = False
+    bsym: Any = field(default=None, compare=False, repr=False)  # the thunder bound symbol, if any
 
 
 def is_compute(bsym: Any, non_computation_ids: frozenset) -> bool:
@@ -209,20 +210,20 @@ class _LazyOp:
     a trace, and many specs (``op in <...>``) never need it.
     """
 
-    __slots__ = ("index", "name", "is_fusion", "_bsym", "_reads", "_writes")
+    __slots__ = ("index", "name", "is_fusion", "bsym", "_reads", "_writes")
 
     def __init__(self, index: int, name: str, bsym: Any, is_fusion: bool) -> None:
-        self.index, self.name, self.is_fusion, self._bsym = index, name, is_fusion, bsym
+        self.index, self.name, self.is_fusion, self.bsym = index, name, is_fusion, bsym
         self._reads = self._writes = None
 
     @property
     def reads(self) -> tuple[str, ...]:
         if self._reads is None:
-            self._reads = _names(self._bsym.flat_proxy_args)
+            self._reads = _names(self.bsym.flat_proxy_args)
         return self._reads
 
     @property
     def writes(self) -> tuple[str, ...]:
         if self._writes is None:
-            self._writes = _names(self._bsym.flat_proxy_outs)
+            self._writes = _names(self.bsym.flat_proxy_outs)
         return self._writes

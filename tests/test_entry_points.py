@@ -161,12 +161,14 @@ def test_thunderfx_subgraphs_share_one_transform():
 
 # ---------------------------------------------------------------- torchrun: DDP and FSDP
 
-DISTRIBUTED_SPEC = "op in <linear, matmul>\ncollectives: between first(op in <torch_all_*, torch_reduce_scatter*>)..last(op in <torch_wait*>)"
-
-
 @pytest.fixture(scope="module")
 def distributed():
-    """DDP then FSDP of the MLP, 2 steps each, on 2 CPU ranks (gloo)."""
+    """DDP then FSDP of the MLP, 2 steps each, on 2 CPU ranks (gloo).
+
+    Spec (workers/distributed_worker.py): every linear and matmul, and a
+    "collectives" region from the first all-gather/all-reduce/reduce-scatter
+    to the last wait.
+    """
     argv = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
         str(kit.WORKERS / "distributed_worker.py"), "ddp", "fsdp",
@@ -183,7 +185,6 @@ def test_distributed_each_rank(distributed, wrapper):
     outs, ranks = distributed
     for rank in (0, 1):
         out = outs[rank]
-        assert out["spec"] == DISTRIBUTED_SPEC
         assert out[f"{wrapper}_matches_reference"] is True
         forward, backward = out[wrapper]
         messages = [m for _, m in kit.planned(forward) + kit.planned(backward)]

@@ -40,7 +40,7 @@ def main(modes: list[str]) -> None:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     x = inputs(rank)
-    out: dict = {"rank": rank, "spec": DISTRIBUTED_SPEC}
+    out: dict = {"rank": rank}
 
     if "ddp" in modes:
         from thunder.distributed import ddp

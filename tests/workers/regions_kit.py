@@ -41,6 +41,29 @@ def small_gpt():
     return GPT(GPTConfig(block_size=16, vocab_size=64, n_layer=2, n_head=2, n_embd=32, dropout=0.0))
 
 
+def embed_net():
+    """linear -> gelu, plus an embedding of ``idx`` -> linear.
+
+    An ``idx`` value of 16 or more makes the embedding raise IndexError at run
+    time, inside the computation trace (thunder's prologue checks only shapes
+    and dtypes), after the first linear has run.
+    """
+    import torch
+
+    class EmbedNet(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc1 = torch.nn.Linear(8, 8)
+            self.emb = torch.nn.Embedding(16, 8)
+            self.fc2 = torch.nn.Linear(8, 4)
+
+        def forward(self, x, idx):
+            return self.fc2(torch.nn.functional.gelu(self.fc1(x)) + self.emb(idx))
+
+    torch.manual_seed(0)
+    return EmbedNet()
+
+
 def reports(transform) -> list[dict[str, Any]]:
     """transform.reports as JSON: per trace, its ranges in push order with their plan."""
     return [
@@ -129,3 +152,9 @@ def captured(process, domain: str | None) -> dict[int, Call]:
     check_balanced(process.events)
     tree = range_tree(process.events, domain=domain)
     return {tid: [(depth, message) for depth, _, message in flatten(roots)] for tid, roots in tree.items()}
+
+
+def start_of(report: dict[str, Any], op: str) -> int:
+    """The bound symbol index of the one op range whose message calls `op` (e.g. ``"embedding"``)."""
+    (start,) = [r["start"] for r in report["emitted"] if r["kind"] == "op" and f".{op}(" in r["message"]]
+    return start

@@ -1,0 +1,162 @@
+"""Explain a spec against real traces: which ops each rule selects, which
+region each region rule spans, why a rule selects nothing, and, for selected
+backward ops, which forward ops saved the tensors they read.
+
+    import nvtx_regions
+    print(nvtx_regions.explain(jitted, "attn: between t3..t9"))
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from .check import RuleTally
+from .compile import CompiledRule, compile_spec
+from .errors import SelectorError
+from .parse import load, parse
+from .plan import Plan, make_plan
+from .traceview import TraceView, bit_positions
+from .tree import Spec
+
+__all__ = ["explain", "Explanation", "RuleInTrace"]
+
+
+@dataclass(frozen=True)
+class RuleInTrace:
+    """What one rule selects in one trace."""
+
+    trace_name: str
+    phase: str
+    ranges: int
+    region: tuple[int, int] | None  # compute positions of a region rule's span
+    selected: tuple[int, ...]  # compute positions selected (ops of a region)
+    lines: tuple[str, ...]  # one line of Python per selected op
+    saved_by: tuple[tuple[str, ...], ...]  # per selected backward op: forward ops that saved what it reads
+
+
+@dataclass
+class Explanation:
+    """Per rule, per trace: what is selected. `str()` gives a readable report."""
+
+    rules: list[CompiledRule]
+    traces: list[list[RuleInTrace]]  # [rule number][trace]
+    reasons: dict[int, str] = field(default_factory=dict)  # why a rule selected nothing
+    max_ops: int = 12
+
+    def __str__(self) -> str:
+        out = []
+        for rule, per_trace in zip(self.rules, self.traces):
+            kind = "one range per region" if rule.region is not None else "one range per op"
+            gate = f", gated: {rule.gate.text()}" if rule.gate is not None else ""
+            out.append(f"{rule.describe()}: {kind}{gate}")
+            for found in per_trace:
+                head = f"  {found.phase} {found.trace_name!r}: {found.ranges} range{'s' * (found.ranges != 1)}"
+                if found.region is not None:
+                    head += f", ops #{found.region[0]}..#{found.region[1]} ({len(found.selected)} ops)"
+                out.append(head)
+                for position, line, saved in list(zip(found.selected, found.lines, found.saved_by))[: self.max_ops]:
+                    out.append(f"      #{position:<4} {line}")
+                    if saved:
+                        out.append(f"             <- saved by forward {', '.join(saved)}")
+                if len(found.selected) > self.max_ops:
+                    out.append(f"      ... {len(found.selected) - self.max_ops} more")
+            if rule.number in self.reasons:
+                out.append(f"  nothing selected: {self.reasons[rule.number]}")
+        return "\n".join(out)
+
+
+def _one_line(bsym: Any) -> str:
+    from .transform import one_line
+
+    return one_line(bsym)
+
+
+def _traces_of(target: Any) -> list[Any]:
+    import thunder
+
+    if isinstance(target, (list, tuple)):
+        return list(target)
+    try:
+        forward = thunder.last_traces(target)
+    except Exception as error:
+        raise TypeError(
+            "explain() takes a thunder.jit-compiled function that has run once, or a list of traces"
+        ) from error
+    if not forward:
+        raise SelectorError("explain(): the compiled function has not run yet; call it once first")
+    traces = [forward[-1]]
+    backward = thunder.last_backward_traces(target)
+    if backward:
+        traces.append(backward[-1])
+    return traces
+
+
+def _spec_of(target: Any, select: str | None, spec: str | os.PathLike[str] | None) -> Spec:
+    if select is not None or spec is not None:
+        rules: tuple = ()
+        filename = "<select>"
+        if spec is not None:
+            loaded = load(spec)
+            rules, filename = loaded.rules, loaded.filename
+        if select is not None:
+            rules += parse(select).rules
+        return Spec(rules, filename=filename)
+    import thunder
+
+    from .transform import NvtxProfileTransform
+
+    for transform in getattr(thunder.compile_data(target), "transforms", ()) or ():
+        if isinstance(transform, NvtxProfileTransform):
+            return transform.spec
+    raise SelectorError("explain(): give select= or spec=, or a function jitted with an NvtxProfileTransform")
+
+
+def explain(
+    target: Any,
+    select: str | None = None,
+    *,
+    spec: str | os.PathLike[str] | None = None,
+    max_ops: int = 12,
+) -> Explanation:
+    """Explain what a spec selects in `target`'s last forward and backward traces.
+
+    `target` is a ``thunder.jit`` function or module that has run, or a list of
+    traces (forward first). The spec is `select` and/or `spec` (as for
+    `NvtxProfileTransform`); with neither, the spec of the target's own
+    `NvtxProfileTransform`. Raises what the transform would raise for the
+    same spec and traces.
+    """
+    compiled = compile_spec(_spec_of(target, select, spec))
+    views: list[TraceView] = []
+    for trace in _traces_of(target):
+        view = TraceView.from_trace(trace)
+        if view.phase == "backward":
+            view.forward = next((v for v in reversed(views) if v.phase == "forward"), None)
+        views.append(view)
+    plans = [make_plan(compiled, view) for view in views]
+    tally = RuleTally(compiled)
+    for view, plan in zip(views, plans):
+        tally.add(plan, view)
+    per_rule: list[list[RuleInTrace]] = []
+    for rule in compiled.rules:
+        per_rule.append([_rule_in_trace(rule, view, plan) for view, plan in zip(views, plans)])
+    reasons = {r.number: tally.reason(r) or "no op matches it" for r in tally.unselected()}
+    return Explanation(list(compiled.rules), per_rule, reasons, max_ops)
+
+
+def _rule_in_trace(rule: CompiledRule, view: TraceView, plan: Plan) -> RuleInTrace:
+    selected = tuple(bit_positions(plan.selected_per_rule[rule.number]))
+    region = (selected[0], selected[-1]) if rule.region is not None and selected else None
+    lines = tuple(_one_line(view.ops[p].bsym) if view.ops[p].bsym is not None else view.ops[p].name for p in selected)
+    saved_by: list[tuple[str, ...]] = []
+    forward = view.forward
+    producers: dict[str, str] = {}
+    if forward is not None:
+        for position, op in enumerate(forward.ops):
+            for name in op.writes:
+                producers.setdefault(name, f"#{position} {op.name} ({name})")
+    for position in selected:
+        saved_by.append(tuple(dict.fromkeys(producers[n] for n in view.ops[position].reads if n in producers)))
+    return RuleInTrace(view.name, view.phase, plan.ranges_per_rule[rule.number], region, selected, lines, tuple(saved_by))

@@ -1,0 +1,308 @@
+"""Run-time behaviour of transformed traces, checked on the NVTX calls they make:
+rank and step gates (decided per call, without recompiling), recovery of the
+NVTX stack after a call raised, and calls from several threads at once.
+
+Each test runs a real model in a child process under `capture_subprocess`;
+the expected ranges come from the plan (`regions_kit.one_call`) and from the
+gates as the test itself spells them out.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from nvtx_regions.testing import capture_subprocess, unavailable_reason
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "workers"))
+import regions_kit as kit  # noqa: E402
+
+pytestmark = pytest.mark.skipif(
+    bool(unavailable_reason()), reason=f"NVTX capture tool unavailable: {unavailable_reason()}"
+)
+
+
+def run(code: str, *, timeout: float = 120):
+    result = capture_subprocess(code, cwd=kit.WORKERS, timeout=timeout).check()
+    (process,) = result.processes.values()
+    return kit.result(result.stdout), process
+
+
+# ---------------------------------------------------------------- step and rank gates
+
+STEPS = """
+import thunder, torch
+from nvtx_regions import NvtxProfileTransform
+from regions_kit import emit, mlp, reports
+
+t = NvtxProfileTransform('''
+mlp: steps 1..2 and between first(op in <linear>)..last(op in <linear>)
+op in <linear>
+steps 1..1 and op in <matmul>
+steps 3.. and op in <matmul>
+''', domain="steps")
+jm = thunder.jit(mlp(), transforms=[t])
+x = torch.randn(3, 8)
+for step in range(5):
+    y = jm(x)
+    if step != 1:  # the backward's own count of calls falls one behind from here on
+        y.sum().backward()
+emit(reports=reports(t), cache_misses=thunder.cache_misses(jm), cache_hits=thunder.cache_hits(jm))
+"""
+
+
+def test_step_gates_per_call_forward_and_backward_counted_apart():
+    out, process = run(STEPS)
+    # One compilation: gates open and close at run time.
+    assert (out["cache_misses"], out["cache_hits"]) == (1, 4)
+    forward, backward = out["reports"]
+    assert (forward["phase"], backward["phase"]) == ("forward", "backward")
+    assert [r["rules"] for r in forward["emitted"]] == [[0], [1], [1]]
+    assert [r["rules"] for r in backward["emitted"]] == [[2, 3]] * 3  # one range per matmul, two gates
+
+    def forward_call(step: int) -> kit.Call:
+        return kit.one_call(forward, lambda rule: rule == 1 or step in (1, 2))
+
+    def backward_call(step: int) -> kit.Call:
+        return kit.one_call(backward, lambda rule: (rule == 2 and step == 1) or (rule == 3 and step >= 3))
+
+    linears = kit.one_call(forward, lambda rule: rule == 1)
+    matmuls = kit.planned(backward)
+    assert forward_call(0) == linears and [d for d, _ in linears] == [0, 0]
+    assert forward_call(1) == kit.planned(forward) == [(0, "mlp")] + kit.shifted(linears, 1)
+    # Forward calls 0..4; backward calls 0..3 follow forward calls 0, 2, 3, 4.
+    expected = (
+        forward_call(0) + backward_call(0)
+        + forward_call(1)
+        + forward_call(2) + backward_call(1)
+        + forward_call(3) + backward_call(2)
+        + forward_call(4) + backward_call(3)
+    )  # fmt: skip
+    assert expected == (
+        linears + []
+        + kit.planned(forward)
+        + kit.planned(forward) + matmuls
+        + linears + []
+        + linears + matmuls
+    )  # fmt: skip
+    assert kit.captured(process, "steps") == {out["tid"]: expected}
+
+
+def test_rank_gates_differ_between_torchrun_ranks():
+    argv = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+        str(kit.WORKERS / "distributed_worker.py"), "gates",
+    ]  # fmt: skip
+    result = capture_subprocess(argv, cwd=kit.WORKERS, timeout=300).check()
+    outs = {out["rank"]: out for out in kit.results(result.stdout)}
+    ranks = result.by_rank()
+    assert sorted(outs) == sorted(ranks) == [0, 1]
+    # Same compiled traces on both ranks, compiled once: the rank is read at run time.
+    assert outs[0]["gates"] == outs[1]["gates"]
+    assert outs[0]["gates_cache_misses"] == outs[1]["gates_cache_misses"] == 1
+    forward, backward = outs[0]["gates"]
+    # Spec (workers/distributed_worker.py GATES_SPEC):
+    #   0 rank0: rank in <0> and between first(op in <linear>)..last(op in <linear>)
+    #   1 op in <linear>
+    #   2 rank in <1> and steps 1.. and op in <matmul>
+    assert [r["rules"] for r in forward["emitted"]] == [[0], [1], [1]]
+    assert [r["rules"] for r in backward["emitted"]] == [[2]] * 3
+
+    def step(rank: int, s: int) -> kit.Call:
+        fw = kit.one_call(forward, lambda rule: rule == 1 or (rule == 0 and rank == 0))
+        bw = kit.one_call(backward, lambda rule: rule == 2 and rank == 1 and s >= 1)
+        return fw + bw
+
+    linears = kit.one_call(forward, lambda rule: rule == 1)
+    assert step(0, 0) == kit.planned(forward) == [(0, "rank0")] + kit.shifted(linears, 1)
+    assert step(1, 0) == linears
+    assert step(1, 1) == linears + kit.planned(backward)
+    for rank in (0, 1):
+        assert kit.push_domains(ranks[rank]) == {"gates"}
+        expected = step(rank, 0) + step(rank, 1) + step(rank, 2)
+        assert kit.captured(ranks[rank], "gates") == {outs[rank]["tid"]: expected}
+
+
+# ---------------------------------------------------------------- recovery after a call raised
+
+RAISES = """
+import nvtx, thunder, torch
+from nvtx_regions import NvtxProfileTransform
+from regions_kit import embed_net, emit, reports
+
+t = NvtxProfileTransform('''
+net: between first(op in <linear>)..last(op in <linear>)
+op in <linear, embedding, matmul>
+late: steps 2.. and between first(op in <linear>)..last(op in <linear>)
+''', domain="d")
+jm = thunder.jit(embed_net(), transforms=[t])
+x = torch.randn(3, 8)
+good, bad = torch.tensor([1, 2, 3]), torch.tensor([1, 99, 3])
+
+# A range of the test's own, in the same domain, around all calls: a recovery
+# that pops too much closes it early, and one that pops too little nests the
+# next calls deeper.
+d = nvtx.get_domain("d")
+d.push_range(d.get_event_attributes(message="session"))
+errors = []
+for step, ok in enumerate([False, True, False, False, True]):
+    try:
+        jm(x, good if ok else bad).sum().backward()
+    except IndexError as e:
+        errors.append((step, str(e)))
+d.pop_range()
+emit(reports=reports(t), errors=errors, cache_misses=thunder.cache_misses(jm))
+"""
+
+
+def test_ranges_left_open_by_a_failed_call_are_closed_by_the_next_call():
+    out, process = run(RAISES)
+    assert out["errors"] == [[0, "index out of range in self"], [2, "index out of range in self"],
+                             [3, "index out of range in self"]]  # fmt: skip
+    assert out["cache_misses"] == 1
+    forward, backward = out["reports"]
+    assert [r["rules"] for r in forward["emitted"]] == [[0], [2], [1], [1], [1]]  # net, late, fc1, emb, fc2
+    raised_at = kit.start_of(forward, "embedding")
+
+    def forward_call(step: int, ok: bool) -> kit.Call:
+        return kit.one_call(forward, lambda rule: rule != 2 or step >= 2, until=None if ok else raised_at)
+
+    fc1, emb, fc2 = (m for _, m in kit.one_call(forward, lambda rule: rule == 1))
+    # Failed calls leave open the ranges around the embedding: net and emb (step 0), then also late.
+    assert forward_call(0, False) == [(0, "net"), (1, fc1), (1, emb)]
+    assert forward_call(2, False) == [(0, "net"), (1, "late"), (2, fc1), (2, emb)]
+    assert forward_call(4, True) == kit.planned(forward) == [(0, "net"), (1, "late"), (2, fc1), (2, emb), (2, fc2)]
+    calls = (
+        forward_call(0, False)
+        + forward_call(1, True) + kit.planned(backward)
+        + forward_call(2, False)
+        + forward_call(3, False)
+        + forward_call(4, True) + kit.planned(backward)
+    )  # fmt: skip
+    assert kit.captured(process, "d") == {out["tid"]: [(0, "session")] + kit.shifted(calls, 1)}
+
+
+RAISES_THEN_OTHER_TRACE = """
+import nvtx, thunder, torch
+from nvtx_regions import NvtxProfileTransform
+from regions_kit import embed_net, emit, mlp, reports
+
+spec = "net: between first(op in <linear>)..last(op in <linear>)\\nop in <linear, embedding, matmul>"
+t, t_mlp = NvtxProfileTransform(spec, domain="d"), NvtxProfileTransform(spec, domain="d")
+jm, jmlp = thunder.jit(embed_net(), transforms=[t]), thunder.jit(mlp(), transforms=[t_mlp])
+x3, x5 = torch.randn(3, 8), torch.randn(5, 8)
+good3, good5, bad3 = torch.tensor([1, 2, 3]), torch.tensor([1, 2, 3, 4, 5]), torch.tensor([1, 99, 3])
+
+d = nvtx.get_domain("d")
+d.push_range(d.get_event_attributes(message="session"))
+errors = []
+calls = [
+    ("fails", lambda: jm(x3, bad3)),
+    ("new trace", lambda: jm(x5, good5)),  # another batch size: a cache miss, a new trace
+    ("fails", lambda: jm(x3, bad3)),
+    ("other function", lambda: jmlp(x3)),  # another jitted function, same domain
+    ("same trace", lambda: jm(x3, good3)),
+]
+for what, call in calls:
+    try:
+        call().sum().backward()
+    except IndexError as e:
+        errors.append(what)
+d.pop_range()
+emit(reports=reports(t), mlp=reports(t_mlp), errors=errors, cache_misses=thunder.cache_misses(jm))
+"""
+
+
+def test_failed_call_is_recovered_by_the_next_call_of_any_trace_in_the_domain():
+    out, process = run(RAISES_THEN_OTHER_TRACE)
+    assert out["errors"] == ["fails", "fails"]
+    assert out["cache_misses"] == 2
+    fw3, bw3, fw5, bw5 = out["reports"]
+    mlp_fw, mlp_bw = out["mlp"]
+    assert [r["phase"] for r in out["reports"]] == ["forward", "backward"] * 2
+    failed = kit.one_call(fw3, until=kit.start_of(fw3, "embedding"))
+    assert [d for d, _ in failed] == [0, 1, 1]  # net, fc1, emb: net and emb left open
+    calls = (
+        failed
+        + kit.planned(fw5) + kit.planned(bw5)
+        + failed
+        + kit.planned(mlp_fw) + kit.planned(mlp_bw)
+        + kit.planned(fw3) + kit.planned(bw3)
+    )  # fmt: skip
+    assert kit.captured(process, "d") == {out["tid"]: [(0, "session")] + kit.shifted(calls, 1)}
+
+
+# ---------------------------------------------------------------- threads
+
+THREADS = """
+import sys, threading
+import thunder, torch
+from nvtx_regions import NvtxProfileTransform
+from regions_kit import embed_net, emit, reports
+
+t = NvtxProfileTransform(
+    "net: between first(op in <linear>)..last(op in <linear>)\\nop in <linear, embedding, matmul>", domain="threads"
+)
+jm = thunder.jit(embed_net(), transforms=[t])
+x = torch.randn(3, 8)
+good, bad = torch.tensor([1, 2, 3]), torch.tensor([1, 99, 3])
+jm(x, good).sum().backward()  # compile here, once
+
+PLANS = {"calls_only": [True] * CALLS, "fails_every_other": [False, True] * (CALLS // 2)}
+sys.setswitchinterval(1e-6)  # switch threads as often as possible
+start = threading.Barrier(len(WHO))
+tids, errors = {}, {}
+
+def work(name):
+    tids[name] = threading.get_native_id()
+    errors[name] = 0
+    start.wait()
+    for ok in PLANS[name]:
+        try:
+            jm(x, good if ok else bad).sum().backward()
+        except IndexError:
+            errors[name] += 1
+
+threads = [threading.Thread(target=work, args=(name,)) for name in WHO]
+for th in threads:
+    th.start()
+for th in threads:
+    th.join()
+emit(reports=reports(t), tids=tids, errors=errors, cache_misses=thunder.cache_misses(jm))
+"""
+
+
+def _threads(who: list[str], calls: int):
+    code = THREADS.replace("CALLS", str(calls)).replace("WHO", repr(who))
+    out, process = run(code)
+    assert out["cache_misses"] == 1
+    forward, backward = out["reports"]
+    tree = kit.captured(process, "threads")
+    # The threads really ran at the same time: their ranges interleave.
+    worker_tids = {out["tids"][name] for name in who}
+    pushes = [e.tid for e in sorted(process.events, key=lambda e: e.ts_ns) if e.kind == "push" and e.tid in worker_tids]
+    switches = sum(1 for a, b in zip(pushes, pushes[1:]) if a != b)
+    assert switches >= 3, f"the threads' calls did not overlap ({switches} switches); the test proves nothing"
+    return out, forward, backward, tree
+
+
+def test_two_threads_one_function_separate_balanced_stacks():
+    calls = 12
+    out, forward, backward, tree = _threads(["a", "b"], calls)
+    step = kit.planned(forward) + kit.planned(backward)
+    assert tree == {out["tid"]: step, out["tids"]["a"]: step * calls, out["tids"]["b"]: step * calls}
+
+
+def test_failure_on_one_thread_is_recovered_on_that_thread_only():
+    calls = 12
+    out, forward, backward, tree = _threads(["calls_only", "fails_every_other"], calls)
+    assert out["errors"] == {"calls_only": 0, "fails_every_other": calls // 2}
+    step = kit.planned(forward) + kit.planned(backward)
+    failed = kit.one_call(forward, until=kit.start_of(forward, "embedding"))
+    assert tree == {
+        out["tid"]: step,
+        out["tids"]["calls_only"]: step * calls,
+        out["tids"]["fails_every_other"]: (failed + step) * (calls // 2),
+    }
