@@ -17,14 +17,21 @@ def median(values: Sequence[float]) -> float:
     return ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
-def interleaved(calls: Mapping[str, Callable[[], None]], rounds: int, *, warmup: int = 0) -> dict[str, list[int]]:
+def interleaved(
+    calls: Mapping[str, Callable[[], None]], rounds: int, *, warmup: int = 0
+) -> dict[str, dict[str, list[int]]]:
     """Time each call once per round, in an order that rotates every round.
 
-    Returns nanoseconds per call, per name, one entry per round (warm-up rounds
-    dropped). The garbage collector is off while timing.
+    Returns ``{"cpu": {name: [ns, ...]}, "wall": {...}}``, one entry per round
+    (warm-up rounds dropped). "cpu" is this thread's CPU time
+    (`time.thread_time_ns`, user + system), which time-slicing by other
+    processes on a shared machine does not inflate; "wall" is
+    `time.perf_counter_ns`. The garbage collector is off while timing.
     """
     names = list(calls)
-    times: dict[str, list[int]] = {name: [] for name in names}
+    cpu: dict[str, list[int]] = {name: [] for name in names}
+    wall: dict[str, list[int]] = {name: [] for name in names}
+    thread_time, perf_counter = time.thread_time_ns, time.perf_counter_ns
     gc.collect()
     gc.disable()
     try:
@@ -32,14 +39,15 @@ def interleaved(calls: Mapping[str, Callable[[], None]], rounds: int, *, warmup:
             shift = number % len(names)
             for name in names[shift:] + names[:shift]:
                 call = calls[name]
-                started = time.perf_counter_ns()
+                wall_start, cpu_start = perf_counter(), thread_time()
                 call()
-                elapsed = time.perf_counter_ns() - started
+                cpu_end, wall_end = thread_time(), perf_counter()
                 if number >= warmup:
-                    times[name].append(elapsed)
+                    cpu[name].append(cpu_end - cpu_start)
+                    wall[name].append(wall_end - wall_start)
     finally:
         gc.enable()
-    return times
+    return {"cpu": cpu, "wall": wall}
 
 
 def per_range_ns(times: Mapping[str, Sequence[int]], variant: str, ranges: int, base: str = "none") -> float:

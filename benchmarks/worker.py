@@ -64,7 +64,7 @@ def rounds_for(step_seconds: float, variants: int, budget: float, low: int, high
 
 
 def transform_reruns(inputs: list, reps: int) -> dict[str, list[float]]:
-    """Seconds per rep in transform_trace_post_optimization over `inputs`, ours and thunder's, interleaved."""
+    """CPU seconds per rep in transform_trace_post_optimization over `inputs`, ours and thunder's, interleaved."""
     from thunder.dev_utils.nvtx_profile_transform import NvtxProfileTransform as ThunderNvtxTransform
 
     from nvtx_regions import NvtxProfileTransform
@@ -79,10 +79,10 @@ def transform_reruns(inputs: list, reps: int) -> dict[str, list[float]]:
             gc.collect()
             gc.disable()
             try:
-                started = time.perf_counter_ns()
+                started = time.thread_time_ns()
                 for trace in inputs:
                     transform.transform_trace_post_optimization(trace)
-                elapsed = time.perf_counter_ns() - started
+                elapsed = time.thread_time_ns() - started
             finally:
                 gc.enable()
             if rep:
@@ -104,16 +104,15 @@ def push_messages(trace) -> list[tuple[str | None, str]]:
 
 
 def measure_size(mode: str, layers: int, args: argparse.Namespace) -> dict:
-    import thunder
-    import torch
-
-    import workload
-
-    variants = {"plain": ["none", "ours", "thunder", "ours_linear"], "tool": ["none", "ours", "thunder"]}.get(
-        mode, ["ours", "thunder"]
+    variants = {"plain": ["none", "ours", "thunder", "ours_linear", "none_again"], "tool": ["none", "ours", "thunder"]}.get(
+        mode, ["ours"] if args.smoke else ["ours", "thunder"]
     )
     result: dict = {"layers": layers}
     with locked(args.lock, exclusive=False):
+        import thunder  # noqa: F401  (seconds of import: with the compilations, not the timings)
+
+        import workload
+
         model, x, y = workload.make_model(layers)
         compiled = {}
         with workload.shared_initial_trace():
@@ -138,27 +137,46 @@ def measure_size(mode: str, layers: int, args: argparse.Namespace) -> dict:
         if mode == "tool":
             result["counts"] = count_calls(compiled)
         probe = stats.interleaved({"none": steps["none"]}, 5, warmup=2)
-        step_seconds = stats.median(probe["none"]) / 1e9
-        budget = args.budget if not args.smoke else 1.5
+        step_seconds = stats.median(probe["cpu"]["none"]) / 1e9
+        budget = (args.budget if mode == "plain" else args.budget * 2 / 3) if not args.smoke else 1.5
         rounds = rounds_for(step_seconds, len(steps), budget, 10 if args.smoke else 30, 600)
         log(mode, f"{layers} layers: timing {len(steps)} variants x {rounds} rounds (step ~{step_seconds * 1e3:.1f} ms)")
         result["rounds"] = rounds
         result["step_ns"] = stats.interleaved(steps, rounds, warmup=3 if args.smoke else 10)
 
         if layers == args.sweep_layers:
-            depths = list(range(0, 160, 40)) if args.smoke else list(range(0, 160))
-            per_depth = 2 if args.smoke else 5
+            depths = list(range(0, 160, 60)) if args.smoke else list(range(0, 160))
+            per_depth = 1 if args.smoke else 5
             log(mode, f"{layers} layers: stack-depth sweep, {len(depths)} depths x {per_depth} rounds")
-            sweep: dict[str, list[list[int]]] = {v: [] for v in ("none", "ours", "thunder")}
+            names = ("none", "ours", "thunder")
+            sweep: dict[str, dict[str, list[list[int]]]] = {c: {v: [] for v in names} for c in ("cpu", "wall")}
             for depth in depths:
-                calls = {v: (lambda s=steps[v], d=depth: workload.at_depth(d, s)) for v in sweep}
+                calls = {v: (lambda s=steps[v], d=depth: workload.at_depth(d, s)) for v in names}
                 times = stats.interleaved(calls, per_depth, warmup=1)
-                for v in sweep:
-                    sweep[v].append(times[v])
+                for clock in sweep:
+                    for v in names:
+                        sweep[clock][v].append(times[clock][v])
+            # Re-time the 3 worst depths of ours and of thunder's with more rounds, so that
+            # a jump is told from a noisy sample.
+            confirm_rounds = 3 if args.smoke else 15
+            suspects: set[int] = set()
+            for v in ("ours", "thunder"):
+                ranges = sum(compiled[v].ranges)
+                cost = [
+                    (stats.median(t) - stats.median(n)) / ranges
+                    for t, n in zip(sweep["cpu"][v], sweep["cpu"]["none"])
+                ]
+                suspects.update(sorted(range(len(depths)), key=cost.__getitem__)[-3:])
+            confirmed = {}
+            for i in sorted(suspects):
+                calls = {v: (lambda s=steps[v], d=depths[i]: workload.at_depth(d, s)) for v in names}
+                confirmed[i] = stats.interleaved(calls, confirm_rounds, warmup=1)
+            log(mode, f"{layers} layers: re-timed depths {[depths[i] for i in sorted(suspects)]}")
             code = workload.at_depth.__code__
             result["depth_sweep"] = {
                 "depths": depths,
                 "ns": sweep,
+                "confirmed": {str(i): t for i, t in confirmed.items()},
                 # _PyInterpreterFrame on 3.11: 9 words of header, then locals and the value stack.
                 "frame_bytes": 8 * (code.co_nlocals + code.co_stacksize + 9),
             }
@@ -166,7 +184,7 @@ def measure_size(mode: str, layers: int, args: argparse.Namespace) -> dict:
         if mode == "plain":
             inputs = compiled["ours"].inputs
             once = compiled["ours"].transform_seconds + compiled["thunder"].transform_seconds
-            reps = 3 if args.smoke else max(5, min(30, int(6.0 / max(once, 1e-3))))
+            reps = 1 if args.smoke else max(5, min(30, int(6.0 / max(once, 1e-3))))
             log(mode, f"{layers} layers: transform reruns x {reps}")
             result["transform_ns_bsyms"] = sum(len(t.bound_symbols) for t in inputs)
             result["transform_seconds"] = transform_reruns(inputs, reps)
@@ -221,7 +239,7 @@ def main() -> None:
     parser.add_argument("--mode", choices=("plain", "tool", "verify"), required=True)
     parser.add_argument("--layers", default="2,8,32")
     parser.add_argument("--sweep-layers", type=int, default=None, help="size of the depth sweep (default: smallest)")
-    parser.add_argument("--budget", type=float, default=10.0, help="seconds of step timing per size")
+    parser.add_argument("--budget", type=float, default=15.0, help="seconds of step timing per size (plain)")
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--lock")
     parser.add_argument("--out", required=True)
@@ -232,11 +250,12 @@ def main() -> None:
     if args.mode == "verify":
         sizes = [min(sizes)]
 
-    import torch
+    with locked(args.lock, exclusive=False):
+        import thunder
+        import torch
 
     # One thread: steady timings on a small shared machine; the model is tiny anyway.
     torch.set_num_threads(1)
-    import thunder
 
     out = {
         "mode": args.mode,

@@ -33,6 +33,7 @@ VARIANTS = {
     "ours": "all",
     "thunder": "thunder",
     "ours_linear": "op in <linear>",
+    "none_again": None,  # a second jit with no transform: the A/A control
 }
 
 

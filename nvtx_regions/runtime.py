@@ -11,9 +11,11 @@ bound method (C code) and prebuilt `EventAttributes` with a registered string.
 The first push of a trace and its last pop are Python calls instead:
 `TraceRuntime.enter` and `TraceRuntime.exit`, once per call of the trace, so
 that the trace gains exactly two bound symbols per range. `enter`:
-- pops the ranges a previous call on this thread left open when an op raised
-  (it finds the failing line in that call's frame and counts the push and pop
-  lines before it);
+- pops the ranges that a previous call on this thread, of any trace with the
+  same NVTX domain, left open when an op raised (it finds the failing line in
+  that call's frame and counts the push and pop lines before it). Any trace:
+  after an error the next call often compiles anew (another batch size), and
+  NVTX stacks are per thread and domain, not per trace;
 - for gated rules (``rank in <...>``, ``steps a..b``), decides which ranges are
   on for this call and swaps the push/pop globals between the domain's methods
   and C-level no-ops. A gated-off range costs one call of a C builtin.
@@ -101,6 +103,21 @@ class Group:
         return self.gate is None or any(g.is_open(rank, step) for g in self.gate)
 
 
+@dataclass
+class _Call:
+    """A call of a transformed trace that has entered and not exited."""
+
+    runtime: TraceRuntime
+    frame: FrameType
+    live_names: set[str]  # push/pop globals not gated off in this call
+    first_push_live: bool  # whether `enter` pushed a range
+
+
+# Per thread: NVTX domain name -> the calls in flight there, outermost first.
+# A call that raised stays here until the next `enter` on the thread and domain.
+_in_flight = threading.local()
+
+
 class TraceRuntime:
     """Run-time state of one transformed trace (one compiled function).
 
@@ -118,7 +135,6 @@ class TraceRuntime:
         self._gated = [g for g in groups if g.gate is not None]
         self._open = {g.push_name: False for g in self._gated}
         self._calls = itertools.count()
-        self._local = threading.local()
         self._lines: dict[CodeType, dict[str, list[int]]] = {}
 
     def initial_globals(self) -> dict[str, Any]:
@@ -133,27 +149,24 @@ class TraceRuntime:
 
     def enter(self, function_globals: dict[str, Any], attributes: Any, push_name: str) -> None:
         """Start a call: recover, apply gates, then push the trace's first range."""
-        local = self._local
-        stale = getattr(local, "frame", None)
-        if stale is not None:
-            local.frame = None
-            self._recover(stale, local.open_pushes)
-        local.frame = sys._getframe(1)
+        calls: list[_Call] = _in_flight.__dict__.setdefault(self.domain.name, [])
+        if calls:
+            _recover(calls)
         if self._gated:
             self._apply_gates(function_globals)
-        local.open_pushes = {
+        live_names = {
             name
             for g in self.groups
             if g.gate is None or self._open[g.push_name]
             for name in (g.push_name, g.pop_name)
         }
+        calls.append(_Call(self, sys._getframe(1), live_names, push_name in live_names))
         function_globals[push_name](attributes)
-        local.first_push = push_name
 
     def exit(self, function_globals: dict[str, Any], pop_name: str) -> None:
         """End a call: pop the trace's last range."""
         function_globals[pop_name]()
-        self._local.frame = None
+        _in_flight.__dict__[self.domain.name].pop()
 
     def _apply_gates(self, function_globals: dict[str, Any]) -> None:
         step = next(self._calls)
@@ -166,28 +179,16 @@ class TraceRuntime:
                 function_globals[group.push_name] = handle.push_range if now else _SKIP_PUSH
                 function_globals[group.pop_name] = handle.pop_range if now else _SKIP_POP
 
-    def _recover(self, frame: FrameType, live_names: set[str]) -> None:
-        """Pop what the call that `frame` ran left open when it raised.
-
-        `live_names` are the push/pop globals that were not gated off in that call.
-        """
-        failed_line = frame.f_lineno
-        lines = self._call_lines(frame.f_code)
+    def _left_open(self, code: CodeType, failed_line: int, call: _Call) -> int:
+        """How many ranges `call`, which raised on `failed_line` of `code`, left open."""
+        lines = self._call_lines(code)
         left_open = 0
         for group in self.groups:
-            if group.push_name in live_names:
+            if group.push_name in call.live_names:
                 left_open += sum(1 for line in lines.get(group.push_name, ()) if line < failed_line)
                 left_open -= sum(1 for line in lines.get(group.pop_name, ()) if line < failed_line)
         # The enter line pushed (it raised nothing: we are past it); the exit line was not reached.
-        if self._local.__dict__.get("first_push") in live_names:
-            left_open += 1
-        pop = self.domain.handle.pop_range
-        for _ in range(left_open):
-            pop()
-        try:
-            frame.clear()  # free the failed call's tensors now
-        except RuntimeError:  # still executing (a re-entrant call): leave it
-            pass
+        return left_open + call.first_push_live
 
     def _call_lines(self, code: CodeType) -> dict[str, list[int]]:
         """Global name -> source lines where the generated function loads it."""
@@ -195,12 +196,37 @@ class TraceRuntime:
             lines: dict[str, list[int]] = {}
             current = 0
             for instruction in dis.get_instructions(code):
-                if instruction.starts_line is not None:
-                    current = instruction.starts_line
+                # 3.13 made starts_line a bool and added line_number.
+                line = instruction.line_number if _LINE_NUMBER else instruction.starts_line
+                if line is not None:
+                    current = line
                 if instruction.opname == "LOAD_GLOBAL":
                     lines.setdefault(instruction.argval, []).append(current)
             self._lines[code] = lines
         return self._lines[code]
+
+
+_LINE_NUMBER = sys.version_info >= (3, 13)
+
+
+def _recover(calls: list[_Call]) -> None:
+    """Pop what the calls in `calls` that raised left open, newest first, and forget them.
+
+    A call still executing (an outer call on this thread: `enter` ran inside
+    it) is no failed one; it and the calls before it stay.
+    """
+    while calls:
+        call = calls[-1]
+        frame = call.frame
+        code, failed_line = frame.f_code, frame.f_lineno
+        try:
+            frame.clear()  # also frees the failed call's tensors now
+        except RuntimeError:  # still executing
+            return
+        calls.pop()
+        pop = call.runtime.domain.handle.pop_range
+        for _ in range(call.runtime._left_open(code, failed_line, call)):
+            pop()
 
 
 _serials = itertools.count()

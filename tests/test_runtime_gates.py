@@ -239,66 +239,91 @@ def test_failed_call_is_recovered_by_the_next_call_of_any_trace_in_the_domain():
 THREADS = """
 import sys, threading
 import thunder, torch
+from thunder.executors.custom_op_ex import custom_op_ex
+from thunder.torch.custom_op import _register_custom_op
 from nvtx_regions import NvtxProfileTransform
 from regions_kit import embed_net, emit, reports
+
+PLANS = PLANS_HERE
+meet = None
+
+# An op inside the trace (inside the "net" range) that returns only once the
+# other thread has reached it too: the threads' calls overlap for sure.
+@torch.library.custom_op("nvtx_regions_tests::rendezvous", mutates_args=())
+def rendezvous(idx: torch.Tensor) -> torch.Tensor:
+    if meet is not None:
+        meet.wait(timeout=60)
+    return idx.clone()
+
+rendezvous.register_fake(lambda idx: torch.empty_like(idx))
+_register_custom_op(rendezvous)
 
 t = NvtxProfileTransform(
     "net: between first(op in <linear>)..last(op in <linear>)\\nop in <linear, embedding, matmul>", domain="threads"
 )
-jm = thunder.jit(embed_net(), transforms=[t])
+model = embed_net(through=torch.ops.nvtx_regions_tests.rendezvous)
+jm = thunder.jit(model, transforms=[t], executors=[custom_op_ex, *thunder.get_default_executors()])
 x = torch.randn(3, 8)
 good, bad = torch.tensor([1, 2, 3]), torch.tensor([1, 99, 3])
 jm(x, good).sum().backward()  # compile here, once
 
-PLANS = {"calls_only": [True] * CALLS, "fails_every_other": [False, True] * (CALLS // 2)}
-sys.setswitchinterval(1e-6)  # switch threads as often as possible
-start = threading.Barrier(len(WHO))
-tids, errors = {}, {}
+meet = threading.Barrier(len(PLANS))
+tids, errors, calls = {}, {}, {}
 
 def work(name):
     tids[name] = threading.get_native_id()
-    errors[name] = 0
-    start.wait()
+    errors[name] = calls[name] = 0
     for ok in PLANS[name]:
         try:
             jm(x, good if ok else bad).sum().backward()
         except IndexError:
             errors[name] += 1
+        calls[name] += 1
 
-threads = [threading.Thread(target=work, args=(name,)) for name in WHO]
+threads = [threading.Thread(target=work, args=(name,)) for name in PLANS]
 for th in threads:
     th.start()
 for th in threads:
     th.join()
-emit(reports=reports(t), tids=tids, errors=errors, cache_misses=thunder.cache_misses(jm))
+ops = [b.sym.name for b in thunder.last_traces(jm)[-1].bound_symbols]
+emit(reports=reports(t), tids=tids, errors=errors, calls=calls, cache_misses=thunder.cache_misses(jm), ops=ops)
 """
 
 
-def _threads(who: list[str], calls: int):
-    code = THREADS.replace("CALLS", str(calls)).replace("WHO", repr(who))
-    out, process = run(code)
+def _threads(plans: dict[str, list[bool]]):
+    """Run the THREADS child: one thread per plan, each making one call per entry (False: a failing call)."""
+    out, process = run(THREADS.replace("PLANS_HERE", repr(plans)))
+    assert out["calls"] == {name: len(plan) for name, plan in plans.items()}
+    assert out["errors"] == {name: plan.count(False) for name, plan in plans.items()}
     assert out["cache_misses"] == 1
     forward, backward = out["reports"]
     tree = kit.captured(process, "threads")
-    # The threads really ran at the same time: their ranges interleave.
-    worker_tids = {out["tids"][name] for name in who}
-    pushes = [e.tid for e in sorted(process.events, key=lambda e: e.ts_ns) if e.kind == "push" and e.tid in worker_tids]
-    switches = sum(1 for a, b in zip(pushes, pushes[1:]) if a != b)
-    assert switches >= 3, f"the threads' calls did not overlap ({switches} switches); the test proves nothing"
+    # Both threads waited for each other inside the "net" range, so their calls overlapped:
+    # one pushed while the other had a range open.
+    ops = out["ops"]
+    enter, exit_ = (next(i for i, op in enumerate(ops) if op.endswith(end)) for end in ("_push_enter", "_pop_exit"))
+    assert enter < ops.index("nvtx_regions_tests_rendezvous") < exit_
+    workers = set(out["tids"].values())
+    depth = dict.fromkeys(workers, 0)
+    overlaps = 0
+    for e in sorted(process.events, key=lambda e: e.ts_ns):
+        if e.tid in workers and e.kind in ("push", "pop"):
+            overlaps += e.kind == "push" and any(depth[tid] for tid in workers - {e.tid})
+            depth[e.tid] += 1 if e.kind == "push" else -1
+    assert overlaps > 0, "the threads' calls never overlapped; the test proves nothing"
     return out, forward, backward, tree
 
 
 def test_two_threads_one_function_separate_balanced_stacks():
     calls = 12
-    out, forward, backward, tree = _threads(["a", "b"], calls)
+    out, forward, backward, tree = _threads({"a": [True] * calls, "b": [True] * calls})
     step = kit.planned(forward) + kit.planned(backward)
     assert tree == {out["tid"]: step, out["tids"]["a"]: step * calls, out["tids"]["b"]: step * calls}
 
 
 def test_failure_on_one_thread_is_recovered_on_that_thread_only():
     calls = 12
-    out, forward, backward, tree = _threads(["calls_only", "fails_every_other"], calls)
-    assert out["errors"] == {"calls_only": 0, "fails_every_other": calls // 2}
+    out, forward, backward, tree = _threads({"calls_only": [True] * calls, "fails_every_other": [False, True] * (calls // 2)})
     step = kit.planned(forward) + kit.planned(backward)
     failed = kit.one_call(forward, until=kit.start_of(forward, "embedding"))
     assert tree == {

@@ -41,12 +41,13 @@ def small_gpt():
     return GPT(GPTConfig(block_size=16, vocab_size=64, n_layer=2, n_head=2, n_embd=32, dropout=0.0))
 
 
-def embed_net():
+def embed_net(through=None):
     """linear -> gelu, plus an embedding of ``idx`` -> linear.
 
     An ``idx`` value of 16 or more makes the embedding raise IndexError at run
     time, inside the computation trace (thunder's prologue checks only shapes
-    and dtypes), after the first linear has run.
+    and dtypes), after the first linear has run. through: an op that ``idx``
+    goes through first (after the first linear in the trace).
     """
     import torch
 
@@ -58,7 +59,10 @@ def embed_net():
             self.fc2 = torch.nn.Linear(8, 4)
 
         def forward(self, x, idx):
-            return self.fc2(torch.nn.functional.gelu(self.fc1(x)) + self.emb(idx))
+            h = torch.nn.functional.gelu(self.fc1(x))
+            if through is not None:
+                idx = through(idx)
+            return self.fc2(h + self.emb(idx))
 
     torch.manual_seed(0)
     return EmbedNet()
