@@ -1,7 +1,7 @@
 """Benchmark nvtx_regions against thunder's own NVTX transform, on CPU.
 
     .venv/bin/python benchmarks/run.py            # full run, ~15 min on 2 cores
-    .venv/bin/python benchmarks/run.py --smoke    # every section at 1 layer, < 1 min
+    .venv/bin/python benchmarks/run.py --smoke    # every section, 0 layers, < 1 min
     .venv/bin/python benchmarks/run.py --json results.json
 
 Prints a Markdown report (the tables of BENCHMARKS.md) on stdout, progress on
@@ -132,6 +132,22 @@ def ratio_with_ci(size: dict, a: str, b: str, clock: str = "cpu") -> tuple[float
     return ratio(range(rounds)), stats.bootstrap(ratio, rounds)
 
 
+def fit_sizes(sizes: list[dict], clock: str = "cpu") -> dict[str, tuple[float, float]]:
+    """Per transform: (ns per range, µs per step) of overhead = fixed + slope × ranges, over the sizes."""
+    if len(sizes) < 2:
+        return {}
+    fits = {}
+    for variant in ("ours", "thunder"):
+        xs = [sum(size["ranges"][variant]) for size in sizes]
+        ys = [stats.median(size["step_ns"][clock][variant]) - stats.median(size["step_ns"][clock]["none"])
+              for size in sizes]
+        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+        sxx = sum((x - mx) ** 2 for x in xs)
+        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+        fits[variant] = (slope, (my - slope * mx) / 1e3)
+    return fits
+
+
 def sweep_summary(size: dict, clock: str = "cpu") -> dict:
     """ns per range at each depth; at the re-timed depths, from the re-timing."""
     sweep = size["depth_sweep"]
@@ -211,6 +227,15 @@ def report(results: dict, lang: list[dict], plan: dict, info: dict) -> tuple[str
                 f"{rows['thunder']['ns_per_range']:.0f} {fmt_ci(rows['thunder']['ci'])} | "
                 f"{ratio:.2f} {fmt_ci(ci, 2)} | {verdict(ok)} | {wall:.2f} {fmt_ci(wall_ci, 2)} |")
         out(f"\nRounds per size: {', '.join(str(s['rounds']) for s in results[mode]['sizes'])}.\n")
+        fits = fit_sizes(results[mode]["sizes"])
+        if fits:
+            out("Least-squares fit over the sizes, overhead per step = fixed + slope × ranges:\n")
+            out("| transform | slope (ns/range) | fixed (µs/step) |")
+            out("|---|---|---|")
+            for variant, (slope, fixed) in fits.items():
+                out(f"| {variant} | {slope:.0f} | {fixed:.1f} |")
+                summary["targets"][f"slope_{mode}_{variant}"] = slope
+            out(f"\nSlope ratio ours / thunder: {fits['ours'][0] / fits['thunder'][0]:.2f}\n")
         if mode == "tool":
             out("Calls the tool counted in one step (sanity check):\n")
             out("| layers | variant | push | pop | expected ranges | ok |")
@@ -365,7 +390,7 @@ def report(results: dict, lang: list[dict], plan: dict, info: dict) -> tuple[str
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--smoke", action="store_true", help="every section at 1 layer and small specs (< 1 min)")
+    parser.add_argument("--smoke", action="store_true", help="every section at 0 layers (embeddings, final norm, head, loss) and small specs (< 1 min)")
     parser.add_argument("--layers", help="comma-separated model sizes (default 2,8,32; smoke: 1)")
     parser.add_argument("--skip", nargs="*", default=[], choices=("plain", "tool", "verify", "language"),
                         help="leave out workers or the language section")
@@ -373,7 +398,7 @@ def main() -> None:
     args = parser.parse_args()
     started = time.perf_counter()
     load_start = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    layers = args.layers or ("1" if args.smoke else "2,8,32")
+    layers = args.layers or ("0" if args.smoke else "2,8,32")
 
     results = run_workers(args, layers)
     if "language" in args.skip:

@@ -19,7 +19,7 @@ import thunder
 import torch
 from thunder.tests.nanogpt_model import GPT, GPTConfig
 
-from nvtx_regions import NvtxProfileTransform
+from nvtx_regions import NvtxProfileTransform, render
 
 HERE = Path(__file__).parent
 
@@ -79,12 +79,10 @@ def main(argv: list[str] | None = None) -> None:
 
     print("===== ranges per rule =====")
     reports = {r.phase: r for r in transform.reports}
-    width = max(len(r.rule.text or "") for r in transform.compiled.rules)
-    print(f"{'rule':<{width}}  {'forward':>7}  {'backward':>8}")
+    print(f"{'line':>4}  {'forward':>7}  {'backward':>8}  rule")
     for rule in transform.compiled.rules:
         counts = [reports[p].ranges_per_rule[rule.number] if p in reports else 0 for p in ("forward", "backward")]
-        text = " ".join((rule.rule.text or "").split())
-        print(f"{text:<{width}}  {counts[0]:>7}  {counts[1]:>8}")
+        print(f"{rule.rule.line:>4}  {counts[0]:>7}  {counts[1]:>8}  {render(rule.rule)}")
     total = sum(r.ranges for r in transform.reports)
     print(f"{len(transform.compiled.rules)} rules, {total} ranges, loss {loss.item():.4f}")
 

@@ -16,12 +16,13 @@ import pytest
 
 from nvtx_regions.testing import capture_subprocess, unavailable_reason
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "workers"))
+_KIT_DIR = str(Path(__file__).resolve().parent / "workers")
+if _KIT_DIR not in sys.path:
+    sys.path.insert(0, _KIT_DIR)  # regions_kit, shared with the child processes
 import regions_kit as kit  # noqa: E402
 
-pytestmark = pytest.mark.skipif(
-    bool(unavailable_reason()), reason=f"NVTX capture tool unavailable: {unavailable_reason()}"
-)
+UNAVAILABLE = unavailable_reason()
+pytestmark = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"NVTX capture tool unavailable: {UNAVAILABLE}")
 
 
 def run(code: str, *, timeout: float = 120):
@@ -68,10 +69,6 @@ def test_step_gates_per_call_forward_and_backward_counted_apart():
     def backward_call(step: int) -> kit.Call:
         return kit.one_call(backward, lambda rule: (rule == 2 and step == 1) or (rule == 3 and step >= 3))
 
-    linears = kit.one_call(forward, lambda rule: rule == 1)
-    matmuls = kit.planned(backward)
-    assert forward_call(0) == linears and [d for d, _ in linears] == [0, 0]
-    assert forward_call(1) == kit.planned(forward) == [(0, "mlp")] + kit.shifted(linears, 1)
     # Forward calls 0..4; backward calls 0..3 follow forward calls 0, 2, 3, 4.
     expected = (
         forward_call(0) + backward_call(0)
@@ -80,13 +77,11 @@ def test_step_gates_per_call_forward_and_backward_counted_apart():
         + forward_call(3) + backward_call(2)
         + forward_call(4) + backward_call(3)
     )  # fmt: skip
-    assert expected == (
-        linears + []
-        + kit.planned(forward)
-        + kit.planned(forward) + matmuls
-        + linears + []
-        + linears + matmuls
-    )  # fmt: skip
+    # That is: the mlp region (one level above the linears) in forward calls 1 and 2, the
+    # matmuls in backward calls 1 and 3.
+    linears, with_mlp, matmuls = forward_call(0), kit.planned(forward), kit.planned(backward)
+    assert [d for d, _ in linears] == [0, 0] and with_mlp == [(0, "mlp")] + kit.shifted(linears, 1)
+    assert expected == linears + with_mlp + with_mlp + matmuls + linears + linears + matmuls
     assert kit.captured(process, "steps") == {out["tid"]: expected}
 
 
@@ -159,8 +154,7 @@ emit(reports=reports(t), errors=errors, cache_misses=thunder.cache_misses(jm))
 
 def test_ranges_left_open_by_a_failed_call_are_closed_by_the_next_call():
     out, process = run(RAISES)
-    assert out["errors"] == [[0, "index out of range in self"], [2, "index out of range in self"],
-                             [3, "index out of range in self"]]  # fmt: skip
+    assert out["errors"] == [[step, "index out of range in self"] for step in (0, 2, 3)]
     assert out["cache_misses"] == 1
     forward, backward = out["reports"]
     assert [r["rules"] for r in forward["emitted"]] == [[0], [2], [1], [1], [1]]  # net, late, fc1, emb, fc2
@@ -208,7 +202,7 @@ calls = [
 for what, call in calls:
     try:
         call().sum().backward()
-    except IndexError as e:
+    except IndexError:
         errors.append(what)
 d.pop_range()
 emit(reports=reports(t), mlp=reports(t_mlp), errors=errors, cache_misses=thunder.cache_misses(jm))
@@ -323,7 +317,8 @@ def test_two_threads_one_function_separate_balanced_stacks():
 
 def test_failure_on_one_thread_is_recovered_on_that_thread_only():
     calls = 12
-    out, forward, backward, tree = _threads({"calls_only": [True] * calls, "fails_every_other": [False, True] * (calls // 2)})
+    plans = {"calls_only": [True] * calls, "fails_every_other": [False, True] * (calls // 2)}
+    out, forward, backward, tree = _threads(plans)
     step = kit.planned(forward) + kit.planned(backward)
     failed = kit.one_call(forward, until=kit.start_of(forward, "embedding"))
     assert tree == {

@@ -3,8 +3,10 @@
     python -m torch.distributed.run --standalone --nproc_per_node=2 distributed_worker.py MODE...
 
 Modes, run in this order, each with its own transform and NVTX domain (its name):
-- ddp: thunder.distributed.ddp(thunder.jit(mlp, transforms=[t])), 2 steps.
-- fsdp: thunder.distributed.fsdp(thunder.jit(mlp, transforms=[t]), device=cpu), 2 steps.
+- ddp: thunder.distributed.ddp(thunder.jit(mlp, transforms=[t])), 2 steps; and
+  the error of ddp(mlp), a module not jitted yet.
+- fsdp: thunder.distributed.fsdp(thunder.jit(mlp, transforms=[t]), device=cpu), 2 steps;
+  and the error of fsdp(mlp, device=cpu).
 - gates: thunder.jit(mlp, transforms=[t]) with rank and step gates, 3 steps.
 Prints one `regions_kit.emit` line per rank.
 """
@@ -23,7 +25,10 @@ from regions_kit import emit, mlp, reports
 from nvtx_regions import NvtxProfileTransform
 
 # Collectives as thunder 0.2.6's torch executor names them.
-DISTRIBUTED_SPEC = "op in <linear, matmul>\ncollectives: between first(op in <torch_all_*, torch_reduce_scatter*>)..last(op in <torch_wait*>)"
+DISTRIBUTED_SPEC = """
+op in <linear, matmul>
+collectives: between first(op in <torch_all_*, torch_reduce_scatter*>)..last(op in <torch_wait*>)
+"""
 GATES_SPEC = """
 rank0: rank in <0> and between first(op in <linear>)..last(op in <linear>)
 op in <linear>
@@ -45,6 +50,11 @@ def main(modes: list[str]) -> None:
     if "ddp" in modes:
         from thunder.distributed import ddp
 
+        try:  # thunder 0.2.6 wraps jitted modules only: jit first, with the transform, then ddp
+            ddp(mlp())
+        except TypeError as error:
+            out["ddp_of_plain_module"] = str(error)
+
         t = NvtxProfileTransform(DISTRIBUTED_SPEC, domain="ddp")
         reference = mlp()
         model = ddp(thunder.jit(mlp(), transforms=[t]))
@@ -62,6 +72,11 @@ def main(modes: list[str]) -> None:
 
     if "fsdp" in modes:
         from thunder.distributed import fsdp
+
+        try:
+            fsdp(mlp(), device=torch.device("cpu"))
+        except TypeError as error:
+            out["fsdp_of_plain_module"] = str(error)
 
         t = NvtxProfileTransform(DISTRIBUTED_SPEC, domain="fsdp")
         model = mlp()

@@ -1,0 +1,160 @@
+"""Tests for the claims the benchmarks rest on, and a smoke run of the benchmarks.
+
+No timing is asserted here: timings on shared CI machines are not stable enough.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+thunder = pytest.importorskip("thunder")
+torch = pytest.importorskip("torch")
+
+from thunder.tests.nanogpt_model import GPT, GPTConfig  # noqa: E402
+
+from nvtx_regions import NvtxProfileTransform  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+OURS = "nvtx_regions_"
+
+
+class Recording(NvtxProfileTransform):
+    """Our transform, keeping each (trace given, trace returned) pair."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.pairs = []
+
+    def transform_trace_post_optimization(self, trace, **kwargs):
+        result = super().transform_trace_post_optimization(trace, **kwargs)
+        self.pairs.append((trace, result))
+        return result
+
+
+@pytest.fixture(scope="module")
+def gpt_linear():
+    """A 1-layer nanoGPT compiled with `op in <linear>`, one training step run."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(block_size=16, vocab_size=64, n_layer=1, n_head=2, n_embd=16, dropout=0.0))
+    x, y = torch.randint(0, 64, (2, 16)), torch.randint(0, 64, (2, 16))
+    transform = Recording(select="op in <linear>")
+    jitted = thunder.jit(model, transforms=[transform])
+    _, loss = jitted(x, y)
+    loss.backward()
+    return transform, jitted
+
+
+def check_two_per_op(before, after, selected: set[int]) -> None:
+    """`after` is `before`'s bound symbols, the very objects in order, plus exactly a push
+    right before and a pop right after each bound symbol at the `selected` indexes."""
+    old, new = before.bound_symbols, after.bound_symbols
+    mine = [i for i, b in enumerate(new) if b.sym.name.startswith(OURS)]
+    rest = [b for b in new if not b.sym.name.startswith(OURS)]
+    assert len(rest) == len(old) and all(a is b for a, b in zip(rest, old)), "original bound symbols changed"
+    assert len(new) == len(old) + 2 * len(selected)
+    position = {id(b): i for i, b in enumerate(new)}
+    expected = set()
+    for index in selected:
+        at = position[id(old[index])]
+        expected |= {at - 1, at + 1}
+        assert "push" in new[at - 1].sym.name, (index, new[at - 1].sym.name)
+        assert "pop" in new[at + 1].sym.name, (index, new[at + 1].sym.name)
+    assert set(mine) == expected, "bound symbols inserted away from the selected ops"
+    if not selected:
+        assert after is before, "a trace with nothing selected is returned as is"
+
+
+def test_linear_adds_exactly_two_bsyms_per_linear(gpt_linear):
+    transform, jitted = gpt_linear
+    phases = [report.phase for report in transform.reports]
+    assert phases == ["forward", "backward"]
+    for (before, after), report in zip(transform.pairs, transform.reports):
+        linears = {i for i, b in enumerate(before.bound_symbols) if b.sym.name == "linear"}
+        planned = {r.start for r in report.plan.ranges}
+        assert all(r.start == r.end and r.kind == "op" for r in report.plan.ranges)
+        assert planned == linears
+        check_two_per_op(before, after, linears)
+    # 4 linears per block, plus lm_head, all in the forward trace.
+    assert transform.reports[0].ranges == 5
+    assert thunder.last_traces(jitted)[-1] is transform.pairs[0][1]
+
+
+def test_all_adds_exactly_two_bsyms_per_compute_op(gpt_linear):
+    # The same traces thunder gave the transform above, now with every compute op selected.
+    recorded, _ = gpt_linear
+    transform = NvtxProfileTransform()
+    for before, _ in recorded.pairs:
+        after = transform.transform_trace_post_optimization(before)
+        report = transform.reports[-1]
+        selected = {r.start for r in report.plan.ranges}
+        assert len(selected) == report.ranges > 0
+        check_two_per_op(before, after, selected)
+
+
+def test_shared_initial_trace_compiles_the_same_code():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import workload
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.LayerNorm(16), torch.nn.Linear(16, 4))
+    x = torch.randn(3, 8)
+
+    def compile_once():
+        jitted = thunder.jit(model, transforms=[NvtxProfileTransform()])
+        jitted(x).sum().backward()
+        traces = (thunder.last_traces(jitted)[-1], thunder.last_backward_traces(jitted)[-1])
+        # The first line is provenance, with the time the pass took.
+        return [str(t).split("\n", 1)[1] for t in traces]
+
+    fresh = compile_once()
+    with workload.shared_initial_trace():
+        first, again = compile_once(), compile_once()
+    # Our global names carry a per-process serial number; the rest must match.
+    def normalize(texts):
+        return [re.sub(r"nvtx_regions_\d+_", "nvtx_regions_N_", t) for t in texts]
+
+    assert normalize(first) == normalize(fresh)
+    assert normalize(again) == normalize(fresh)
+
+
+def test_benchmark_smoke(tmp_path):
+    """`benchmarks/run.py --smoke` runs every section and reports finite ratios (no timing checked)."""
+    from nvtx_regions.testing import unavailable_reason
+
+    out = tmp_path / "smoke.json"
+    argv = [sys.executable, str(REPO / "benchmarks" / "run.py"), "--smoke", "--json", str(out)]
+    no_tool = unavailable_reason()
+    if no_tool:
+        argv += ["--skip", "tool", "verify"]
+    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    text = proc.stdout
+    sections = [
+        "## 1. Run-time cost per NVTX range",
+        "### no NVTX tool",
+        "### Stack depth sweep, no NVTX tool",
+        "## 2. Ops not selected cost nothing",
+        "## 3. Transform (compile-time) cost",
+        "## 4. Language cost",
+    ]
+    if not no_tool:
+        sections += ["### capture tool attached, count mode", "### Messages", "### Stack depth sweep, tool attached"]
+    for section in sections:
+        assert section in text, section
+    summary = json.loads(out.read_text())["summary"]["targets"]
+    numbers = {k: v for k, v in summary.items() if not isinstance(v, bool)}
+    assert numbers and all(math.isfinite(v) for v in numbers.values()), numbers
+    assert "range_ratio_plain_0" in numbers and "transform_ratio_0" in numbers and "plan_us_per_bsym_rule" in numbers
+    if not no_tool:
+        checks = {k: v for k, v in summary.items() if isinstance(v, bool)}
+        assert checks and all(checks.values()), checks
