@@ -172,7 +172,7 @@ def distributed():
         str(kit.WORKERS / "distributed_worker.py"), "ddp", "fsdp",
     ]  # fmt: skip
     result = capture_subprocess(argv, cwd=kit.WORKERS, timeout=300).check()
-    outs = {out["rank"]: out for out in kit.results(result.stdout)}
+    outs = {out["rank"]: out for out in kit.result(result.stdout)["ranks"]}
     ranks = result.by_rank()
     assert sorted(outs) == sorted(ranks) == [0, 1]
     return outs, ranks

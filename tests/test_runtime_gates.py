@@ -91,7 +91,7 @@ def test_rank_gates_differ_between_torchrun_ranks():
         str(kit.WORKERS / "distributed_worker.py"), "gates",
     ]  # fmt: skip
     result = capture_subprocess(argv, cwd=kit.WORKERS, timeout=300).check()
-    outs = {out["rank"]: out for out in kit.results(result.stdout)}
+    outs = {out["rank"]: out for out in kit.result(result.stdout)["ranks"]}
     ranks = result.by_rank()
     assert sorted(outs) == sorted(ranks) == [0, 1]
     # Same compiled traces on both ranks, compiled once: the rank is read at run time.

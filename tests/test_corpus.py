@@ -1,0 +1,37 @@
+"""The corpus of specs kept as data (tests/corpus/*.json): what each spec must
+select on a real MLP trace, forward and backward, or the error it must raise."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+
+from conftest import compiled
+from nvtx_regions import NvtxProfileTransform, NvtxRegionsWarning, SelectorError
+from reference import one_line, read_annotated
+
+CASES = json.loads((Path(__file__).parent / "corpus/mlp_selections.json").read_text(encoding="utf-8"))["cases"]
+
+
+def summary(ranges):
+    return sorted([a.sym.name, b.sym.name, "<op>" if a is b and m == one_line(a) else m] for a, b, m in ranges)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["spec"] for c in CASES])
+def test_corpus_selection(case):
+    *_, forward, backward = compiled("mlp", None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NvtxRegionsWarning)
+        transform = NvtxProfileTransform(case["spec"])
+        if "error" in case:
+            with pytest.raises(SelectorError):
+                transform.transform_trace_post_optimization(forward)
+                transform.transform_trace_post_optimization(backward)
+            return
+        for trace, phase in ((forward, "forward"), (backward, "backward")):
+            result = transform.transform_trace_post_optimization(trace)
+            got = summary(read_annotated(trace, result)) if result is not trace else []
+            assert got == case[phase], phase
