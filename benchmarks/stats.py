@@ -18,7 +18,7 @@ def median(values: Sequence[float]) -> float:
 
 
 def interleaved(
-    calls: Mapping[str, Callable[[], None]], rounds: int, *, warmup: int = 0
+    calls: Mapping[str, Callable[[], None]], rounds: int, *, warmup: int = 0, manage_gc: bool = True
 ) -> dict[str, dict[str, list[int]]]:
     """Time each call once per round, in an order that rotates every round.
 
@@ -26,13 +26,17 @@ def interleaved(
     (warm-up rounds dropped). "cpu" is this thread's CPU time
     (`time.thread_time_ns`, user + system), which time-slicing by other
     processes on a shared machine does not inflate; "wall" is
-    `time.perf_counter_ns`. The garbage collector is off while timing.
+    `time.perf_counter_ns`. The garbage collector is off while timing
+    (with `manage_gc=False` the caller sees to it: a full collection with
+    thunder loaded takes most of a second).
     """
     names = list(calls)
     cpu: dict[str, list[int]] = {name: [] for name in names}
     wall: dict[str, list[int]] = {name: [] for name in names}
     thread_time, perf_counter = time.thread_time_ns, time.perf_counter_ns
-    gc.collect()
+    if manage_gc:
+        gc.collect()
+    was_enabled = gc.isenabled()
     gc.disable()
     try:
         for number in range(warmup + rounds):
@@ -46,7 +50,8 @@ def interleaved(
                     cpu[name].append(cpu_end - cpu_start)
                     wall[name].append(wall_end - wall_start)
     finally:
-        gc.enable()
+        if was_enabled:
+            gc.enable()
     return {"cpu": cpu, "wall": wall}
 
 

@@ -75,8 +75,8 @@ def transform_reruns(inputs: list, reps: int) -> dict[str, list[float]]:
         order = [("ours", ours), ("thunder", theirs)]
         if rep % 2:
             order.reverse()
+        gc.collect()
         for name, transform in order:
-            gc.collect()
             gc.disable()
             try:
                 started = time.thread_time_ns()
@@ -150,12 +150,17 @@ def measure_size(mode: str, layers: int, args: argparse.Namespace) -> dict:
             log(mode, f"{layers} layers: stack-depth sweep, {len(depths)} depths x {per_depth} rounds")
             names = ("none", "ours", "thunder")
             sweep: dict[str, dict[str, list[list[int]]]] = {c: {v: [] for v in names} for c in ("cpu", "wall")}
-            for depth in depths:
-                calls = {v: (lambda s=steps[v], d=depth: workload.at_depth(d, s)) for v in names}
-                times = stats.interleaved(calls, per_depth, warmup=1)
-                for clock in sweep:
-                    for v in names:
-                        sweep[clock][v].append(times[clock][v])
+            gc.collect()
+            gc.disable()
+            try:
+                for depth in depths:
+                    calls = {v: (lambda s=steps[v], d=depth: workload.at_depth(d, s)) for v in names}
+                    times = stats.interleaved(calls, per_depth, warmup=1, manage_gc=False)
+                    for clock in sweep:
+                        for v in names:
+                            sweep[clock][v].append(times[clock][v])
+            finally:
+                gc.enable()
             # Re-time the 3 worst depths of ours and of thunder's with more rounds, so that
             # a jump is told from a noisy sample.
             confirm_rounds = 3 if args.smoke else 15

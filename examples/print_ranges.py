@@ -17,7 +17,8 @@ from nvtx_regions.testing import capture_subprocess, check_balanced, range_tree
 
 def show(ranges, width: int = 80) -> None:
     for r in ranges:
-        text = r.message if len(r.message) <= width else r.message[: width - 3] + "..."
+        text = r.message or ""
+        text = text if len(text) <= width else text[: width - 3] + "..."
         print(f"{'  ' * (r.depth + 1)}{text}")
         show(r.children, width)
 

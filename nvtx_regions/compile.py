@@ -25,7 +25,6 @@ from .tree import (
     Expr,
     First,
     Forward,
-    Last,
     Not,
     OpIn,
     Or,

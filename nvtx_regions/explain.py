@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from .check import RuleTally
 from .compile import CompiledRule, compile_spec
 from .errors import SelectorError
-from .parse import load, parse
+from .parse import combine
 from .plan import Plan, make_plan
 from .traceview import TraceView, bit_positions
 from .tree import Spec
@@ -94,15 +94,9 @@ def _traces_of(target: Any) -> list[Any]:
 
 
 def _spec_of(target: Any, select: str | None, spec: str | os.PathLike[str] | None) -> Spec:
-    if select is not None or spec is not None:
-        rules: tuple = ()
-        filename = "<select>"
-        if spec is not None:
-            loaded = load(spec)
-            rules, filename = loaded.rules, loaded.filename
-        if select is not None:
-            rules += parse(select).rules
-        return Spec(rules, filename=filename)
+    combined = combine(select, spec)
+    if combined is not None:
+        return combined
     import thunder
 
     from .transform import NvtxProfileTransform

@@ -15,7 +15,6 @@ import os
 import re
 import threading
 from importlib import resources
-import importlib.resources.abc
 from pathlib import Path
 from typing import Iterator
 
@@ -44,7 +43,7 @@ from .tree import (
     Steps,
 )
 
-__all__ = ["parse", "load", "grammar_text", "grammar_resource"]
+__all__ = ["parse", "load", "combine", "grammar_text", "grammar_resource"]
 
 GRAMMAR_PACKAGE = "nvtx_regions"
 GRAMMAR_FILE = "grammar/nvtx_regions.lark"
@@ -403,3 +402,18 @@ def load(path: str | os.PathLike[str]) -> Spec:
     except OSError as error:
         raise SelectorError(f"{path}: cannot read the spec file: {error.strerror}") from None
     return parse(text, filename=str(path))
+
+
+def combine(select: str | None, spec: str | os.PathLike[str] | None) -> Spec | None:
+    """The spec given as text and/or a ``.nvtx`` file: the file's rules first,
+    then `select`'s, as if appended to the file. None when neither is given."""
+    if select is None and spec is None:
+        return None
+    rules: tuple[Rule, ...] = ()
+    filename = "<select>"
+    if spec is not None:
+        loaded = load(spec)
+        rules, filename = loaded.rules, loaded.filename
+    if select is not None:
+        rules += parse(select).rules
+    return Spec(rules, filename=filename)

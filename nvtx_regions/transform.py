@@ -28,7 +28,7 @@ from thunder.core.transform_common import Transform
 from .check import RuleTally
 from .compile import CompiledSpec, compile_spec
 from .errors import SelectorError
-from .parse import load, parse
+from .parse import combine, parse
 from .plan import Plan, make_plan
 from .runtime import DEFAULT_DOMAIN, Domain, Group, TraceRuntime, next_serial, rule_color
 from .traceview import TraceView
@@ -114,22 +114,18 @@ class NvtxProfileTransform(Transform):
         self.spec_path = None if spec is None else os.fspath(spec)
         self.domain_name = domain
         self.strict = bool(strict)
-        rules: tuple = ()
-        filename = "<select>"
-        if self.spec_path is not None:
-            loaded = load(self.spec_path)
-            rules, filename = loaded.rules, loaded.filename
-        if select is not None:
-            rules += parse(select).rules
-        if select is None and spec is None:
-            rules = parse("all").rules
-        self.spec: Spec = Spec(rules, filename=filename)
+        self.spec: Spec = combine(select, self.spec_path) or parse("all")
         self.compiled: CompiledSpec = compile_spec(self.spec)
+        text = render(self.spec).replace("\n", "; ")
+        if len(text) > 200:
+            text = text[:200] + f"... ({len(self.spec.rules)} rules)"
+        self._summary = json.dumps(text, ensure_ascii=False)  # for provenance
         self.domain = Domain(domain)
         self.reports: list[TraceReport] = []
         self._compilation: RuleTally | None = None
         self._last_forward: TraceView | None = None
         self._subgraphs: RuleTally | None = None
+        self._checked_at = 0  # how many traces `check()` last covered
 
     def __repr__(self) -> str:
         args = []
@@ -160,7 +156,7 @@ class NvtxProfileTransform(Transform):
         if result is not trace:
             result.set_provenance(
                 TraceProvenance(
-                    f"nvtx_regions: {len(plan.ranges)} NVTX ranges for spec {self._spec_summary()} "
+                    f"nvtx_regions: {len(plan.ranges)} NVTX ranges for spec {self._summary} "
                     f"(took {seconds * 1000:.2f} milliseconds)"
                 )
             )
@@ -180,6 +176,7 @@ class NvtxProfileTransform(Transform):
         """
         if not self.reports:
             raise SelectorError("check(): this transform has not seen a trace yet; call the compiled function first")
+        self._checked_at = len(self.reports)
         tally = RuleTally(self.compiled)
         for report in self.reports:
             tally.add(report.plan)
@@ -188,12 +185,6 @@ class NvtxProfileTransform(Transform):
         tally.report(strict=self.strict, where=f"any of the {len(self.reports)} traces seen")
 
     # -- internals -------------------------------------------------------------
-
-    def _spec_summary(self) -> str:
-        text = render(self.spec).replace("\n", "; ")
-        if len(text) > 200:
-            text = text[:200] + f"... ({len(self.spec.rules)} rules)"
-        return json.dumps(text, ensure_ascii=False)
 
     def _tally(self, trace: TraceCtx, view: TraceView, plan: Plan) -> None:
         if _is_thunderfx_subgraph():
@@ -299,7 +290,7 @@ class NvtxProfileTransform(Transform):
 def _check_at_exit(ref: "weakref.ref[NvtxProfileTransform]") -> None:
     # ThunderFX gives no "all subgraphs compiled" moment; warn at exit rather than never.
     transform = ref()
-    if transform is not None and transform.reports:
+    if transform is not None and len(transform.reports) > transform._checked_at:
         try:
             transform.check()
         except SelectorError as error:

@@ -161,21 +161,13 @@ def test_thunderfx_subgraphs_share_one_transform():
 
 @pytest.fixture(scope="module")
 def distributed():
-    """DDP then FSDP of the MLP, 2 steps each, on 2 CPU ranks (gloo).
+    """DDP then FSDP of the MLP, 2 steps each, on 2 CPU ranks (gloo); same run as the rank gates test.
 
     Spec (workers/distributed_worker.py): every linear and matmul, and a
     "collectives" region from the first all-gather/all-reduce/reduce-scatter
     to the last wait.
     """
-    argv = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-        str(kit.WORKERS / "distributed_worker.py"), "ddp", "fsdp",
-    ]  # fmt: skip
-    result = capture_subprocess(argv, cwd=kit.WORKERS, timeout=300).check()
-    outs = {out["rank"]: out for out in kit.result(result.stdout)["ranks"]}
-    ranks = result.by_rank()
-    assert sorted(outs) == sorted(ranks) == [0, 1]
-    return outs, ranks
+    return kit.torchrun_workers()
 
 
 def test_distributed_wrappers_take_the_jitted_module(distributed):
@@ -208,4 +200,5 @@ def test_distributed_each_rank(distributed, wrapper):
         assert ranks[rank].world_size == 2
         assert kit.captured(ranks[rank], wrapper) == {out["tid"]: _steps(out[wrapper])}
     assert outs[0][wrapper] == outs[1][wrapper]  # same plan on both ranks
-    assert kit.push_domains(ranks[0]) == kit.push_domains(ranks[1]) == {"ddp", "fsdp"}
+    # One domain per mode of the worker; "gates" is test_runtime_gates.py's.
+    assert kit.push_domains(ranks[0]) == kit.push_domains(ranks[1]) == {"ddp", "fsdp", "gates"}

@@ -86,14 +86,7 @@ def test_step_gates_per_call_forward_and_backward_counted_apart():
 
 
 def test_rank_gates_differ_between_torchrun_ranks():
-    argv = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-        str(kit.WORKERS / "distributed_worker.py"), "gates",
-    ]  # fmt: skip
-    result = capture_subprocess(argv, cwd=kit.WORKERS, timeout=300).check()
-    outs = {out["rank"]: out for out in kit.result(result.stdout)["ranks"]}
-    ranks = result.by_rank()
-    assert sorted(outs) == sorted(ranks) == [0, 1]
+    outs, ranks = kit.torchrun_workers()  # shared with test_entry_points.py
     # Same compiled traces on both ranks, compiled once: the rank is read at run time.
     assert outs[0]["gates"] == outs[1]["gates"]
     assert outs[0]["gates_cache_misses"] == outs[1]["gates_cache_misses"] == 1
@@ -115,7 +108,6 @@ def test_rank_gates_differ_between_torchrun_ranks():
     assert step(1, 0) == linears
     assert step(1, 1) == linears + kit.planned(backward)
     for rank in (0, 1):
-        assert kit.push_domains(ranks[rank]) == {"gates"}
         expected = step(rank, 0) + step(rank, 1) + step(rank, 2)
         assert kit.captured(ranks[rank], "gates") == {outs[rank]["tid"]: expected}
 

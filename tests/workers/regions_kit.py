@@ -12,7 +12,9 @@ process's NVTX events into the same form, per thread.
 
 from __future__ import annotations
 
+import functools
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -96,7 +98,7 @@ def emit(**result: Any) -> None:
 
 
 def results(stdout: str) -> list[dict[str, Any]]:
-    """Every `emit` line of a child's stdout (torchrun: one per rank, in any order)."""
+    """Every `emit` line of a child's stdout."""
     return [json.loads(line[len(MARK) :]) for line in stdout.splitlines() if line.startswith(MARK)]
 
 
@@ -162,3 +164,22 @@ def start_of(report: dict[str, Any], op: str) -> int:
     """The bound symbol index of the one op range whose message calls `op` (e.g. ``"embedding"``)."""
     (start,) = [r["start"] for r in report["emitted"] if r["kind"] == "op" and f".{op}(" in r["message"]]
     return start
+
+
+@functools.cache
+def torchrun_workers() -> tuple[dict[int, dict[str, Any]], dict[int, Any]]:
+    """Run distributed_worker.py in all its modes on 2 CPU ranks, once per test session.
+
+    Returns each rank's results and each rank's `ProcessCapture`, keyed by rank.
+    """
+    from nvtx_regions.testing import capture_subprocess
+
+    argv = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+        str(WORKERS / "distributed_worker.py"), "ddp", "fsdp", "gates",
+    ]  # fmt: skip
+    captured = capture_subprocess(argv, cwd=WORKERS, timeout=300).check()
+    outs = {out["rank"]: out for out in result(captured.stdout)["ranks"]}
+    ranks = captured.by_rank()
+    assert sorted(outs) == sorted(ranks) == [0, 1]
+    return outs, ranks
