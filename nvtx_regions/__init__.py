@@ -17,7 +17,7 @@ from .parse import load, parse
 from .tree import render
 
 if TYPE_CHECKING:
-    from .explain import explain
+    from .explanation import explain
     from .transform import NvtxProfileTransform
 
 __all__ = [
@@ -39,7 +39,7 @@ def __getattr__(name: str) -> Any:
 
         return NvtxProfileTransform
     if name == "explain":
-        from .explain import explain
+        from .explanation import explain
 
         return explain
     raise AttributeError(f"module 'nvtx_regions' has no attribute {name!r}")

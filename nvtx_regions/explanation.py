@@ -78,12 +78,15 @@ def _traces_of(target: Any) -> list[Any]:
 
     if isinstance(target, (list, tuple)):
         return list(target)
+    if thunder.compile_data(target) is None:
+        raise TypeError(
+            f"explain() takes a thunder.jit-compiled function that has run once, or a list of traces; "
+            f"got {type(target).__name__}"
+        )
     try:
         forward = thunder.last_traces(target)
-    except Exception as error:
-        raise TypeError(
-            "explain() takes a thunder.jit-compiled function that has run once, or a list of traces"
-        ) from error
+    except TypeError:  # thunder: "doesn't seem to have been called yet"
+        forward = None
     if not forward:
         raise SelectorError("explain(): the compiled function has not run yet; call it once first")
     traces = [forward[-1]]
@@ -122,9 +125,10 @@ def explain(
     `NvtxProfileTransform`. Raises what the transform would raise for the
     same spec and traces.
     """
+    traces = _traces_of(target)
     compiled = compile_spec(_spec_of(target, select, spec))
     views: list[TraceView] = []
-    for trace in _traces_of(target):
+    for trace in traces:
         view = TraceView.from_trace(trace)
         if view.phase == "backward":
             view.forward = next((v for v in reversed(views) if v.phase == "forward"), None)

@@ -1,0 +1,81 @@
+"""explain(): which ops each rule selects, why a rule selects nothing, and
+which forward ops saved what a selected backward op reads."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import thunder
+
+from conftest import compiled, make_mlp
+from nvtx_regions import NvtxProfileTransform, NvtxRegionsWarning, SelectorError, explain
+from reference import Reference, one_line
+
+SPEC = "ffn: between first(op in <linear>)..last(op in <linear>) and forward\nbackward of (op in <linear>)\nop in <lineer>"
+
+
+@pytest.fixture(scope="module")
+def explained():
+    *_, forward, backward = compiled("mlp", None)
+    return forward, backward, explain([forward, backward], SPEC)
+
+
+def test_region_rule_lists_its_span(explained):
+    forward, _, result = explained
+    ref = Reference(forward)
+    region, in_backward = result.traces[0]
+    assert (region.phase, region.ranges, in_backward.ranges) == ("forward", 1, 0)
+    assert region.region == (0, len(ref.ops) - 1)
+    assert region.lines == tuple(one_line(op) for op in ref.ops)
+
+
+def test_backward_ops_name_the_forward_ops_that_saved_their_inputs(explained):
+    forward, backward, result = explained
+    ref_f = Reference(forward)
+    ref_b = Reference(backward, forward=ref_f)
+    _, found = result.traces[1]
+    expected = [i for i, op in enumerate(ref_b.ops) if ref_b.holds(ref_b_expr(), i)]
+    assert list(found.selected) == expected and expected
+    linear_outputs = {n for op in ref_f.ops if op.sym.name == "linear" for n in ref_f.writes(op)}
+    for position, saved in zip(found.selected, found.saved_by):
+        read = set(ref_b.reads(ref_b.ops[position]))
+        assert saved and all(" linear (" in s for s in saved)
+        assert {s.split("(")[-1].rstrip(")") for s in saved} <= read & linear_outputs
+
+
+def ref_b_expr():
+    from nvtx_regions import parse
+
+    return parse("backward of (op in <linear>)").rules[0].expr
+
+
+def test_rule_that_selects_nothing_gets_a_reason(explained):
+    *_, result = explained
+    assert result.reasons == {2: "op 'lineer' matches nothing in these traces (nearest: linear)"}
+    text = str(result)
+    assert "rule 'op in <lineer>' (<select>:3): one range per op" in text
+    assert "nothing selected: op 'lineer' matches nothing in these traces (nearest: linear)" in text
+    assert "<- saved by forward #0 linear (" in text
+
+
+def test_explain_a_jitted_function_uses_its_own_transform():
+    transform = NvtxProfileTransform("op in <linear>")
+    jitted = thunder.jit(make_mlp(), transforms=[transform])
+    with pytest.raises(SelectorError, match="has not run yet"):
+        explain(jitted)
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NvtxRegionsWarning)
+        jitted(torch.randn(5, 8)).sum().backward()
+    result = explain(jitted)
+    assert [found.ranges for found in result.traces[0]] == [r.ranges for r in transform.reports] == [2, 0]
+
+
+def test_explain_needs_a_compiled_function_and_a_spec():
+    with pytest.raises(TypeError, match="got object"):
+        explain(object())
+    jitted_without_ours = compiled("mlp", None)[0]
+    with pytest.raises(SelectorError, match="give select= or spec="):
+        explain(jitted_without_ours)
