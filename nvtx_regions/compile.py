@@ -228,7 +228,9 @@ class _Compiler:
                 forward = view.forward
                 if view.phase != "backward" or forward is None:
                     return 0
-                saved = {name for p in bit_positions(inner(forward)) for name in forward.ops[p].writes}
+                selected = [forward.ops[p] for p in bit_positions(inner(forward))]
+                # What those forward ops read or wrote; any of it the backward reads was saved for it.
+                saved = {name for op in selected for name in (*op.reads, *op.writes)}
                 mask = 0
                 for name in saved:
                     mask |= view.by_read.get(name, 0)

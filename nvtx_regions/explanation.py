@@ -33,7 +33,7 @@ class RuleInTrace:
     region: tuple[int, int] | None  # compute positions of a region rule's span
     selected: tuple[int, ...]  # compute positions selected (ops of a region)
     lines: tuple[str, ...]  # one line of Python per selected op
-    saved_by: tuple[tuple[str, ...], ...]  # per selected backward op: forward ops that saved what it reads
+    saved_by: tuple[tuple[str, ...], ...]  # per selected backward op: forward ops behind the saved tensors it reads
 
 
 @dataclass
@@ -59,7 +59,7 @@ class Explanation:
                 for position, line, saved in list(zip(found.selected, found.lines, found.saved_by))[: self.max_ops]:
                     out.append(f"      #{position:<4} {line}")
                     if saved:
-                        out.append(f"             <- saved by forward {', '.join(saved)}")
+                        out.append(f"             <- from forward {', '.join(saved)}")
                 if len(found.selected) > self.max_ops:
                     out.append(f"      ... {len(found.selected) - self.max_ops} more")
             if rule.number in self.reasons:
@@ -150,11 +150,18 @@ def _rule_in_trace(rule: CompiledRule, view: TraceView, plan: Plan) -> RuleInTra
     lines = tuple(_one_line(view.ops[p].bsym) if view.ops[p].bsym is not None else view.ops[p].name for p in selected)
     saved_by: list[tuple[str, ...]] = []
     forward = view.forward
-    producers: dict[str, str] = {}
+    # A saved tensor's forward origin: the op that produced it, or, for an
+    # argument of the forward (a parameter, an input), the ops that read it.
+    origins: dict[str, list[str]] = {}
     if forward is not None:
         for position, op in enumerate(forward.ops):
             for name in op.writes:
-                producers.setdefault(name, f"#{position} {op.name} ({name})")
+                origins.setdefault(name, [f"#{position} {op.name} ({name})"])
+        for position, op in enumerate(forward.ops):
+            for name in op.reads:
+                if name in forward.args:
+                    origins.setdefault(name, []).append(f"#{position} {op.name} (reads {name})")
     for position in selected:
-        saved_by.append(tuple(dict.fromkeys(producers[n] for n in view.ops[position].reads if n in producers)))
+        found = (origin for name in view.ops[position].reads for origin in origins.get(name, ()))
+        saved_by.append(tuple(dict.fromkeys(found)))
     return RuleInTrace(view.name, view.phase, plan.ranges_per_rule[rule.number], region, selected, lines, tuple(saved_by))

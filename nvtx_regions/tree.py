@@ -105,8 +105,9 @@ class Backward:
 
 @dataclass(frozen=True)
 class BackwardOf:
-    """True for a backward bound symbol that reads a tensor saved by a forward
-    bound symbol that `expr` selects in the forward trace of the same compilation."""
+    """True for a backward bound symbol that reads a tensor that a forward bound
+    symbol selected by `expr` (in the forward trace of the same compilation)
+    read or produced: the saved activations and parameters of those ops."""
 
     expr: Expr
 

@@ -124,7 +124,7 @@ class Reference:
             if self.phase != "backward" or self.forward is None:
                 return False
             fw = self.forward
-            saved = {n for j in fw.where(expr.expr) for n in fw.writes(fw.ops[j])}
+            saved = {n for j in fw.where(expr.expr) for n in fw.writes(fw.ops[j]) + fw.reads(fw.ops[j])}
             return any(n in saved for n in self.reads(op))
         if isinstance(expr, T.Not):
             return not self.holds(expr.operand, i)
