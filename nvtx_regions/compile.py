@@ -139,6 +139,20 @@ def _glob_matcher(globs: tuple[str, ...]) -> Callable[[str], bool]:
     return lambda name: pattern.match(name) is not None
 
 
+def _glob_selector(globs: tuple[str, ...], masks: Callable[[TraceView], dict[str, int]]) -> Selector:
+    """Select the positions of every name in `masks(view)` (name -> bitset) that a glob matches."""
+    matches = _glob_matcher(globs)
+
+    def select(view: TraceView) -> int:
+        mask = 0
+        for name, name_mask in masks(view).items():
+            if matches(name):
+                mask |= name_mask
+        return mask
+
+    return select
+
+
 def _endpoint_position(point: CompiledEndpoint, view: TraceView, *, start: bool) -> int | None:
     if isinstance(point, Proxy):
         return view.region_start(point.name) if start else view.region_end(point.name)
@@ -188,27 +202,9 @@ class _Compiler:
 
     def expr(self, expr: Expr) -> Selector:
         if isinstance(expr, OpIn):
-            matches = _glob_matcher(expr.globs)
-
-            def op_in(view: TraceView) -> int:
-                mask = 0
-                for name, names_mask in view.by_name.items():
-                    if matches(name):
-                        mask |= names_mask
-                return mask
-
-            return op_in
+            return _glob_selector(expr.globs, lambda view: view.by_name)
         if isinstance(expr, Reads):
-            matches = _glob_matcher(expr.globs)
-
-            def reads(view: TraceView) -> int:
-                mask = 0
-                for name, names_mask in view.by_read.items():
-                    if matches(name):
-                        mask |= names_mask
-                return mask
-
-            return reads
+            return _glob_selector(expr.globs, lambda view: view.by_read)
         if isinstance(expr, Between):
             start, end = self.endpoint(expr.start), self.endpoint(expr.end)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from nvtx_regions.testing import capture_subprocess, unavailable_reason
+from nvtx_regions.testing import unavailable_reason
 
 _KIT_DIR = str(Path(__file__).resolve().parent / "workers")
 if _KIT_DIR not in sys.path:
@@ -25,10 +25,7 @@ UNAVAILABLE = unavailable_reason()
 pytestmark = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"NVTX capture tool unavailable: {UNAVAILABLE}")
 
 
-def run(code: str, *, timeout: float = 120):
-    result = capture_subprocess(code, cwd=kit.WORKERS, timeout=timeout).check()
-    (process,) = result.processes.values()
-    return kit.result(result.stdout), process
+run = kit.run_captured
 
 
 # ---------------------------------------------------------------- step and rank gates

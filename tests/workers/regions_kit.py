@@ -183,3 +183,15 @@ def torchrun_workers() -> tuple[dict[int, dict[str, Any]], dict[int, Any]]:
     ranks = captured.by_rank()
     assert sorted(outs) == sorted(ranks) == [0, 1]
     return outs, ranks
+
+
+def run_captured(code: str, *, timeout: float = 120) -> tuple[dict[str, Any], Any]:
+    """Run `code` in a child process (in this folder) under NVTX capture.
+
+    Returns the child's `emit`ted result and its `ProcessCapture`.
+    """
+    from nvtx_regions.testing import capture_subprocess
+
+    captured_run = capture_subprocess(code, cwd=WORKERS, timeout=timeout).check()
+    (process,) = captured_run.processes.values()
+    return result(captured_run.stdout), process
