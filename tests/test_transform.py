@@ -143,3 +143,20 @@ def test_repr_shows_arguments():
     t = NvtxProfileTransform("op in <linear>", domain=None, strict=True)
     assert repr(t) == "nvtx_regions.NvtxProfileTransform('op in <linear>', domain=None, strict=True)"
     assert repr(NvtxProfileTransform()) == "nvtx_regions.NvtxProfileTransform()"
+
+
+def test_each_rule_has_its_colour_and_a_category_named_after_it(nvtx_capture):
+    from nvtx_regions.runtime import rule_color
+
+    transform = NvtxProfileTransform("lin: op in <linear>\nop in <erf>")
+    make, inputs = __import__("conftest").CONFIGS[("mlp", None)]
+    with nvtx_capture() as events:
+        jitted = thunder.jit(make(), transforms=[transform])
+        jitted(*inputs())
+    names = {e.category: e.message for e in events if e.kind == "name_category" and e.domain == "nvtx_regions"}
+    pushes = [e for e in events if e.kind == "push" and e.domain == "nvtx_regions"]
+    assert [(e.message.split("(")[0].split(".")[-1], e.color, names[e.category]) for e in pushes] == [
+        ("linear", rule_color(0), "lin"),
+        ("erf", rule_color(1), "op in <erf>"),
+        ("linear", rule_color(0), "lin"),
+    ]
