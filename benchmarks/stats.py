@@ -55,9 +55,21 @@ def interleaved(
     return {"cpu": cpu, "wall": wall}
 
 
-def per_range_ns(times: Mapping[str, Sequence[int]], variant: str, ranges: int, base: str = "none") -> float:
-    """(median step of `variant` - median step of `base`) / ranges."""
-    return (median(times[variant]) - median(times[base])) / ranges
+def paired_ns(times: Mapping[str, Sequence[int]], variant: str, base: str = "none", indexes=None) -> float:
+    """Median over rounds of (`variant`'s time - `base`'s time in the same round).
+
+    Both ran within the same few milliseconds, so drift and bursts of load
+    that last longer than a round cancel out.
+    """
+    rounds = range(len(times[base])) if indexes is None else indexes
+    a, b = times[variant], times[base]
+    return median([a[i] - b[i] for i in rounds])
+
+
+def median_diff_ns(times: Mapping[str, Sequence[int]], variant: str, base: str = "none", indexes=None) -> float:
+    """Median of `variant`'s times - median of `base`'s."""
+    rounds = range(len(times[base])) if indexes is None else indexes
+    return median([times[variant][i] for i in rounds]) - median([times[base][i] for i in rounds])
 
 
 def bootstrap(

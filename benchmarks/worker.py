@@ -40,6 +40,7 @@ if __name__ == "__main__" and _MODE in ("tool", "verify"):
 import stats  # noqa: E402
 
 STARTED = time.perf_counter()
+SUSPECTS = 4  # depths re-timed per transform after the sweep
 
 
 def log(mode: str, message: str) -> None:
@@ -63,32 +64,43 @@ def rounds_for(step_seconds: float, variants: int, budget: float, low: int, high
     return max(low, min(high, int(budget / (variants * max(step_seconds, 1e-4)))))
 
 
-def transform_reruns(inputs: list, reps: int) -> dict[str, list[float]]:
-    """CPU seconds per rep in transform_trace_post_optimization over `inputs`, ours and thunder's, interleaved."""
+def transform_reruns(inputs: dict[int, list], budget: float, smoke: bool) -> dict[str, dict]:
+    """CPU seconds in transform_trace_post_optimization over each size's traces, ours and thunder's.
+
+    Every rep runs both transforms on every size, in an order that alternates,
+    so that sizes and transforms are compared within the same stretch of time.
+    """
     from thunder.dev_utils.nvtx_profile_transform import NvtxProfileTransform as ThunderNvtxTransform
 
     from nvtx_regions import NvtxProfileTransform
 
     ours, theirs = NvtxProfileTransform(), ThunderNvtxTransform()
-    seconds: dict[str, list[float]] = {"ours": [], "thunder": []}
-    for rep in range(reps + 1):  # the first rep warms up
-        order = [("ours", ours), ("thunder", theirs)]
+    seconds = {layers: {"ours": [], "thunder": []} for layers in inputs}
+    started = time.perf_counter()
+    rep = 0
+    while True:
+        order = [(layers, name, t) for layers in inputs for name, t in (("ours", ours), ("thunder", theirs))]
         if rep % 2:
             order.reverse()
         gc.collect()
-        for name, transform in order:
+        for layers, name, transform in order:
             gc.disable()
             try:
-                started = time.thread_time_ns()
-                for trace in inputs:
+                begin = time.thread_time_ns()
+                for trace in inputs[layers]:
                     transform.transform_trace_post_optimization(trace)
-                elapsed = time.thread_time_ns() - started
+                elapsed = time.thread_time_ns() - begin
             finally:
                 gc.enable()
-            if rep:
-                seconds[name].append(elapsed / 1e9)
+            if rep:  # the first rep warms up
+                seconds[layers][name].append(elapsed / 1e9)
         ours.reports.clear()
-    return seconds
+        rep += 1
+        spent = time.perf_counter() - started
+        if rep > (1 if smoke else 5) and (smoke or rep > 20 or spent > budget):
+            break
+    return {str(layers): {"bsyms": sum(len(t.bound_symbols) for t in traces), **seconds[layers]}
+            for layers, traces in inputs.items()}
 
 
 def push_messages(trace) -> list[tuple[str | None, str]]:
@@ -104,29 +116,27 @@ def push_messages(trace) -> list[tuple[str | None, str]]:
 
 
 def measure_size(mode: str, layers: int, args: argparse.Namespace) -> dict:
-    variants = {"plain": ["none", "ours", "thunder", "ours_linear", "none_again"], "tool": ["none", "ours", "thunder"]}.get(
-        mode, ["ours"] if args.smoke else ["ours", "thunder"]
-    )
+    variants = {
+        "plain": ["none", "ours", "thunder", "ours_linear", "none_again", "none_third"],
+        "tool": ["none", "ours", "thunder"],
+        "verify": ["ours"] if args.smoke else ["ours", "thunder"],
+    }[mode]
     result: dict = {"layers": layers}
     with locked(args.lock, exclusive=False):
         import thunder  # noqa: F401  (seconds of import: with the compilations, not the timings)
 
         import workload
 
-        model, x, y = workload.make_model(layers)
+        base = workload.compile_base(layers)
+        log(mode, f"{layers} layers: compiled in {base.seconds:.1f}s")
         compiled = {}
-        with workload.shared_initial_trace():
-            for variant in variants:
-                compiled[variant] = c = workload.compile_variant(model, x, y, variant)
-                log(mode, f"{layers} layers: compiled {variant} in {c.compile_seconds:.1f}s, "
-                          f"bsyms {c.bsyms}, ranges {c.ranges}")
+        for variant in variants:
+            compiled[variant] = c = workload.build_variant(base, variant)
+            log(mode, f"{layers} layers: built {variant} in {c.build_seconds:.1f}s, bsyms {c.bsyms}, ranges {c.ranges}")
+    result["compile_seconds"] = base.seconds
     result["bsyms"] = {v: c.bsyms for v, c in compiled.items()}
     result["ranges"] = {v: c.ranges for v, c in compiled.items()}
-    result["compile_seconds"] = {v: c.compile_seconds for v, c in compiled.items()}
-    result["in_situ_transform"] = {
-        v: {"seconds": c.transform_seconds, "bsyms": c.transform_bsyms}
-        for v, c in compiled.items() if c.transform is not None
-    }
+    result["build_seconds"] = {v: c.build_seconds for v, c in compiled.items()}
 
     with locked(args.lock, exclusive=True):
         if mode == "verify":
@@ -139,63 +149,60 @@ def measure_size(mode: str, layers: int, args: argparse.Namespace) -> dict:
         probe = stats.interleaved({"none": steps["none"]}, 5, warmup=2)
         step_seconds = stats.median(probe["cpu"]["none"]) / 1e9
         budget = (args.budget if mode == "plain" else args.budget * 2 / 3) if not args.smoke else 1.5
-        rounds = rounds_for(step_seconds, len(steps), budget, 10 if args.smoke else 30, 600)
+        rounds = rounds_for(step_seconds, len(steps), budget, 10 if args.smoke else 60, 800)
         log(mode, f"{layers} layers: timing {len(steps)} variants x {rounds} rounds (step ~{step_seconds * 1e3:.1f} ms)")
         result["rounds"] = rounds
         result["step_ns"] = stats.interleaved(steps, rounds, warmup=3 if args.smoke else 10)
 
         if layers == args.sweep_layers:
-            depths = list(range(0, 160, 60)) if args.smoke else list(range(0, 160))
-            per_depth = 1 if args.smoke else 5
-            log(mode, f"{layers} layers: stack-depth sweep, {len(depths)} depths x {per_depth} rounds")
-            names = ("none", "ours", "thunder")
-            sweep: dict[str, dict[str, list[list[int]]]] = {c: {v: [] for v in names} for c in ("cpu", "wall")}
-            gc.collect()
-            gc.disable()
-            try:
-                for depth in depths:
-                    calls = {v: (lambda s=steps[v], d=depth: workload.at_depth(d, s)) for v in names}
-                    times = stats.interleaved(calls, per_depth, warmup=1, manage_gc=False)
-                    for clock in sweep:
-                        for v in names:
-                            sweep[clock][v].append(times[clock][v])
-            finally:
-                gc.enable()
-            # Re-time the 3 worst depths of ours and of thunder's with more rounds, so that
-            # a jump is told from a noisy sample.
-            confirm_rounds = 3 if args.smoke else 15
-            suspects: set[int] = set()
-            for v in ("ours", "thunder"):
-                ranges = sum(compiled[v].ranges)
-                cost = [
-                    (stats.median(t) - stats.median(n)) / ranges
-                    for t, n in zip(sweep["cpu"][v], sweep["cpu"]["none"])
-                ]
-                suspects.update(sorted(range(len(depths)), key=cost.__getitem__)[-3:])
-            confirmed = {}
-            for i in sorted(suspects):
-                calls = {v: (lambda s=steps[v], d=depths[i]: workload.at_depth(d, s)) for v in names}
-                confirmed[i] = stats.interleaved(calls, confirm_rounds, warmup=1)
-            log(mode, f"{layers} layers: re-timed depths {[depths[i] for i in sorted(suspects)]}")
-            code = workload.at_depth.__code__
-            result["depth_sweep"] = {
-                "depths": depths,
-                "ns": sweep,
-                "confirmed": {str(i): t for i, t in confirmed.items()},
-                # _PyInterpreterFrame on 3.11: 9 words of header, then locals and the value stack.
-                "frame_bytes": 8 * (code.co_nlocals + code.co_stacksize + 9),
-            }
+            result["depth_sweep"] = depth_sweep(mode, layers, steps, args.smoke)
 
         if mode == "plain":
-            inputs = compiled["ours"].inputs
-            once = compiled["ours"].transform_seconds + compiled["thunder"].transform_seconds
-            reps = 1 if args.smoke else max(5, min(30, int(6.0 / max(once, 1e-3))))
-            log(mode, f"{layers} layers: transform reruns x {reps}")
-            result["transform_ns_bsyms"] = sum(len(t.bound_symbols) for t in inputs)
-            result["transform_seconds"] = transform_reruns(inputs, reps)
-    del compiled, steps, model
+            args.transform_inputs[layers] = [base.forward, base.backward]
+    del compiled, steps, base
     gc.collect()
     return result
+
+
+def depth_sweep(mode: str, layers: int, steps: dict, smoke: bool) -> dict:
+    """Step times of none, ours and thunder's under 0..159 extra Python frames, interleaved per depth."""
+    import workload
+
+    depths = list(range(0, 160, 60)) if smoke else list(range(0, 160))
+    per_depth = 1 if smoke else 7
+    log(mode, f"{layers} layers: stack-depth sweep, {len(depths)} depths x {per_depth} rounds")
+    names = ("none", "ours", "thunder")
+    sweep: dict[str, dict[str, list[list[int]]]] = {c: {v: [] for v in names} for c in ("cpu", "wall")}
+    gc.collect()
+    gc.disable()
+    try:
+        for depth in depths:
+            calls = {v: (lambda s=steps[v], d=depth: workload.at_depth(d, s)) for v in names}
+            times = stats.interleaved(calls, per_depth, warmup=1, manage_gc=False)
+            for clock in sweep:
+                for v in names:
+                    sweep[clock][v].append(times[clock][v])
+    finally:
+        gc.enable()
+    # Re-time the worst depths of ours and of thunder's with more rounds, so that
+    # a jump is told from a noisy sample.
+    suspects: set[int] = set()
+    for v in ("ours", "thunder"):
+        cost = [stats.paired_ns({"v": t, "none": n}, "v") for t, n in zip(sweep["cpu"][v], sweep["cpu"]["none"])]
+        suspects.update(sorted(range(len(depths)), key=cost.__getitem__)[-SUSPECTS:])
+    confirmed = {}
+    for i in sorted(suspects):
+        calls = {v: (lambda s=steps[v], d=depths[i]: workload.at_depth(d, s)) for v in names}
+        confirmed[str(i)] = stats.interleaved(calls, 3 if smoke else 21, warmup=1)
+    log(mode, f"{layers} layers: re-timed depths {[depths[i] for i in sorted(suspects)]}")
+    code = workload.at_depth.__code__
+    return {
+        "depths": depths,
+        "ns": sweep,
+        "confirmed": confirmed,
+        # _PyInterpreterFrame on 3.11: 9 words of header, then locals and the value stack.
+        "frame_bytes": 8 * (code.co_nlocals + code.co_stacksize + 9),
+    }
 
 
 def count_calls(compiled: dict) -> dict:
@@ -213,15 +220,11 @@ def count_calls(compiled: dict) -> dict:
 
 def verify_messages(compiled: dict) -> dict:
     """One step per variant with events recorded: messages in order, domains and nesting."""
-    import thunder
-
     from nvtx_regions.testing import balance_problems, capture
 
     out = {}
     for variant, c in compiled.items():
-        expected = []
-        for trace in (thunder.last_traces(c.jitted)[-1], thunder.last_backward_traces(c.jitted)[-1]):
-            expected += push_messages(trace)
+        expected = push_messages(c.forward) + push_messages(c.backward)
         with capture() as events:
             c.step()
         got = [(e.domain, e.message) for e in events if e.kind == "push"]
@@ -244,7 +247,7 @@ def main() -> None:
     parser.add_argument("--mode", choices=("plain", "tool", "verify"), required=True)
     parser.add_argument("--layers", default="2,8,32")
     parser.add_argument("--sweep-layers", type=int, default=None, help="size of the depth sweep (default: smallest)")
-    parser.add_argument("--budget", type=float, default=15.0, help="seconds of step timing per size (plain)")
+    parser.add_argument("--budget", type=float, default=24.0, help="seconds of step timing per size (plain)")
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--lock")
     parser.add_argument("--out", required=True)
@@ -272,8 +275,14 @@ def main() -> None:
         "capture_mode": os.environ.get("NVTX_REGIONS_CAPTURE_MODE"),
         "sizes": [],
     }
+    args.transform_inputs = {}
     for layers in sizes:
         out["sizes"].append(measure_size(args.mode, layers, args))
+        Path(args.out).write_text(json.dumps(out))
+    if args.transform_inputs:
+        with locked(args.lock, exclusive=True):
+            log(args.mode, f"transform reruns over sizes {list(args.transform_inputs)}")
+            out["transform_reruns"] = transform_reruns(args.transform_inputs, 25.0, args.smoke)
         Path(args.out).write_text(json.dumps(out))
     log(args.mode, "done")
 

@@ -1,24 +1,32 @@
 """The benchmark's workload: a small nanoGPT training step under thunder, and
 the transform variants it is compiled with.
 
-All variants of one size wrap the same `GPT` module, so they share parameters
-and inputs. `shared_initial_trace` lets them share thunder's initial trace
-too: interpreting the model's Python is most of a compilation (about 4 s per
-layer here) and does not depend on post-optimization transforms, so
-interpreting it once per size instead of once per variant is what keeps the
-full run within minutes. The generated code is the same as without sharing
-(checked by `tests/test_benchmarks.py`).
+Compiling one size once and replaying only the end for each variant keeps
+the full run within minutes. Post-optimization transforms are the last
+step of a thunder compilation: thunder 0.2.6 (`apply_transforms_and_build_cache_entry`,
+thunder/__init__.py:594-630) hands them the final forward and backward traces,
+then only builds the callables and the cache entry. `compile_base` compiles the
+model once with a transform that records those two traces and changes nothing;
+`build_variant` gives them to a variant's transform and builds the callables
+and the cache entry exactly as that code does, then installs the entry in a new
+`thunder.jit` of the same model, which then runs it from its cache. Interpreting
+the model and optimizing its traces (minutes at 32 layers) is thus paid once
+per size, not once per variant. `tests/test_benchmarks.py` checks that a
+replayed variant generates the same code as a real compilation.
 """
 
 from __future__ import annotations
 
-import contextlib
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import thunder
 import torch
+from thunder.core.trace import TraceTag
+from thunder.core.transform_common import Transform
+from thunder.common import transform_to_torch_types
+from thunder.core.compile_data import compile_data_and_stats
 from thunder.dev_utils.nvtx_profile_transform import NvtxProfileTransform as ThunderNvtxTransform
 from thunder.tests.nanogpt_model import GPT, GPTConfig
 
@@ -33,34 +41,11 @@ VARIANTS = {
     "ours": "all",
     "thunder": "thunder",
     "ours_linear": "op in <linear>",
-    "none_again": None,  # a second jit with no transform: the A/A control
+    # Builds with no transform besides `none`: A/A controls, whose overhead against
+    # `none` shows how much two identical builds differ (memory layout, noise).
+    "none_again": None,
+    "none_third": None,
 }
-
-
-class RecordingTransform(NvtxProfileTransform):
-    """Our transform, keeping the traces it was given (for the compile-cost reruns)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.inputs: list[Any] = []
-
-    def transform_trace_post_optimization(self, trace, **kwargs):
-        self.inputs.append(trace)
-        return super().transform_trace_post_optimization(trace, **kwargs)
-
-
-class TimedThunderTransform(ThunderNvtxTransform):
-    """thunder's NVTX transform, timed like ours times itself (`seconds` per trace)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.seconds: list[float] = []
-
-    def transform_trace_post_optimization(self, trace, **kwargs):
-        started = time.perf_counter()
-        result = super().transform_trace_post_optimization(trace, **kwargs)
-        self.seconds.append(time.perf_counter() - started)
-        return result
 
 
 def make_transform(variant: str) -> Any | None:
@@ -68,8 +53,8 @@ def make_transform(variant: str) -> Any | None:
     if spec is None:
         return None
     if spec == "thunder":
-        return TimedThunderTransform()
-    return RecordingTransform(select=spec)
+        return ThunderNvtxTransform()
+    return NvtxProfileTransform(select=spec)
 
 
 def make_model(layers: int, *, seed: int = 0) -> tuple[GPT, torch.Tensor, torch.Tensor]:
@@ -81,52 +66,45 @@ def make_model(layers: int, *, seed: int = 0) -> tuple[GPT, torch.Tensor, torch.
     return model, x, y
 
 
-@contextlib.contextmanager
-def shared_initial_trace() -> Iterator[None]:
-    """Within the block, thunder interprets each module once; later jits of it reuse the traces.
+class Recorder(Transform):
+    """Keeps the traces thunder hands post-optimization transforms; changes nothing."""
 
-    thunder 0.2.6 looks `thunder_general_jit` up in `thunder`'s globals at each
-    compilation. The result's traces are only read afterwards, except for their
-    name sets and counters (`from_trace` shares them), which are restored
-    before each reuse so every compilation starts from the same state.
-    """
-    original = thunder.thunder_general_jit
-    cache: dict[Any, tuple[Any, Any, list]] = {}
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, dict]] = []
 
-    def general_jit(fn, args, kwargs, /, **options):
-        flat = [*args, *kwargs.values()]
-        key = (id(fn), tuple((type(a), getattr(a, "shape", None), getattr(a, "dtype", None)) for a in flat))
-        if key not in cache:
-            result = original(fn, args, kwargs, **options)
-            traces = [result.prologue_trace, result.computation_trace, result.epilogue_trace]
-            state = [(t, set(t.names), t.name_ctr, t.obj_name_ctr) for t in traces if t is not None]
-            cache[key] = (fn, result, state)  # fn: keep it alive so its id stays unique
-        _, result, state = cache[key]
-        for trace, names, name_ctr, obj_name_ctr in state:
-            trace.names, trace.name_ctr, trace.obj_name_ctr = set(names), name_ctr, obj_name_ctr
-        return result
+    def transform_trace_post_optimization(self, trace, **kwargs):
+        self.calls.append((trace, kwargs))
+        return trace
 
-    thunder.thunder_general_jit = general_jit
-    try:
-        yield
-    finally:
-        thunder.thunder_general_jit = original
+
+@dataclass
+class Base:
+    """One size compiled once: the traces post-optimization transforms get, and the cache entry."""
+
+    model: GPT
+    x: torch.Tensor
+    y: torch.Tensor
+    jitted: Any
+    entry: Any  # thunder's CacheEntry of the compilation
+    forward: Any  # the final forward trace, before post-optimization transforms
+    backward: Any
+    options: dict  # what thunder passed along (executors_list)
+    seconds: float
 
 
 @dataclass
 class Compiled:
-    """One variant of one size, compiled and run once."""
+    """One variant of one size, built and run once."""
 
     variant: str
     jitted: Any
     transform: Any | None
     step: Callable[[], None]
-    compile_seconds: float
-    bsyms: tuple[int, int]  # final forward and backward traces
+    build_seconds: float  # transform + code generation + one step
+    forward: Any  # the variant's final traces
+    backward: Any
+    bsyms: tuple[int, int]  # forward and backward
     ranges: tuple[int, int]  # NVTX ranges per call of the forward and backward traces
-    transform_seconds: float = 0.0  # in transform_trace_post_optimization, both traces
-    transform_bsyms: int = 0  # bound symbols of the traces the transform was given
-    inputs: list = field(default_factory=list)  # the traces the transform was given
 
 
 def count_ranges(trace: Any) -> int:
@@ -139,38 +117,64 @@ def count_ranges(trace: Any) -> int:
     return n
 
 
-def compile_variant(model: GPT, x: torch.Tensor, y: torch.Tensor, variant: str) -> Compiled:
+def compile_base(layers: int) -> Base:
+    model, x, y = make_model(layers)
+    recorder = Recorder()
+    started = time.perf_counter()
+    jitted = thunder.jit(model, transforms=[recorder])
+    _, loss = jitted(x, y)
+    loss.backward()
+    seconds = time.perf_counter() - started
+    (forward, options), (backward, _) = recorder.calls
+    if TraceTag.BACKWARD not in backward.tags:
+        raise RuntimeError("expected thunder to hand post-optimization transforms a forward, then a backward trace")
+    (entry,) = thunder.compile_stats(jitted).interpreter_cache
+    return Base(model, x, y, jitted, entry, forward, backward, options, seconds)
+
+
+def build_variant(base: Base, variant: str) -> Compiled:
+    """A jitted module of `base.model` whose cache holds the base compilation with `variant`'s transform."""
     transform = make_transform(variant)
     started = time.perf_counter()
-    jitted = thunder.jit(model, transforms=[transform] if transform is not None else [])
+    forward, backward = base.forward, base.backward
+    # In the base compilation's context, as thunder/__init__.py:594-630 runs.
+    with compile_data_and_stats(thunder.compile_data(base.jitted), thunder.compile_stats(base.jitted)):
+        if transform is not None:
+            forward = transform.transform_trace_post_optimization(forward, **base.options)
+            backward = transform.transform_trace_post_optimization(backward, **base.options)
+        backward_fn = backward.python_callable()
+        computation_fn = transform_to_torch_types(forward).python_callable()
+    entry = base.entry._replace(
+        computation_fn=computation_fn,
+        computation_traces=[*base.entry.computation_traces, forward],
+        backward_fn=backward_fn,
+        backward_traces=[*base.entry.backward_traces, backward],
+    )
+    jitted = thunder.jit(base.model)
+    thunder.compile_stats(jitted).interpreter_cache.append(entry)
 
     def step() -> None:
-        _, loss = jitted(x, y)
+        _, loss = jitted(base.x, base.y)
         loss.backward()
 
     step()
-    seconds = time.perf_counter() - started
-    forward = thunder.last_traces(jitted)[-1]
-    backward = thunder.last_backward_traces(jitted)[-1]
+    if thunder.cache_misses(jitted):
+        raise RuntimeError(f"{variant}: the replayed cache entry was not used")
     compiled = Compiled(
         variant,
         jitted,
         transform,
         step,
-        seconds,
+        time.perf_counter() - started,
+        forward,
+        backward,
         (len(forward.bound_symbols), len(backward.bound_symbols)),
         (count_ranges(forward), count_ranges(backward)),
     )
-    if isinstance(transform, RecordingTransform):
-        reports = transform.reports
-        ranges = tuple(r.ranges for r in reports)
-        if ranges != compiled.ranges:
-            raise AssertionError(f"{variant}: reports say {ranges} ranges, the traces have {compiled.ranges}")
-        compiled.transform_seconds = sum(r.seconds for r in reports)
-        compiled.transform_bsyms = sum(r.bound_symbols for r in reports)
-        compiled.inputs = list(transform.inputs)
-    elif isinstance(transform, TimedThunderTransform):
-        compiled.transform_seconds = sum(transform.seconds)
+    if isinstance(transform, NvtxProfileTransform):
+        reported = tuple(r.ranges for r in transform.reports)
+        if reported != compiled.ranges:
+            raise AssertionError(f"{variant}: reports say {reported} ranges, the traces have {compiled.ranges}")
     return compiled
 
 

@@ -17,6 +17,7 @@ import pytest
 thunder = pytest.importorskip("thunder")
 torch = pytest.importorskip("torch")
 
+from thunder.common import transform_to_torch_types  # noqa: E402
 from thunder.tests.nanogpt_model import GPT, GPTConfig  # noqa: E402
 
 from nvtx_regions import NvtxProfileTransform  # noqa: E402
@@ -98,33 +99,32 @@ def test_all_adds_exactly_two_bsyms_per_compute_op(gpt_linear):
         check_two_per_op(before, after, selected)
 
 
-def test_shared_initial_trace_compiles_the_same_code():
+@pytest.mark.parametrize("variant", ["ours", "thunder"])
+def test_replayed_variant_is_the_real_compilation(variant):
+    """benchmarks/workload.py replays the end of a compilation per variant; it must
+    generate the code a real compilation with that transform generates."""
     sys.path.insert(0, str(REPO / "benchmarks"))
     try:
         import workload
     finally:
         sys.path.remove(str(REPO / "benchmarks"))
 
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.LayerNorm(16), torch.nn.Linear(16, 4))
-    x = torch.randn(3, 8)
+    base = workload.compile_base(0)
+    replayed = workload.build_variant(base, variant)
+    real = thunder.jit(base.model, transforms=[workload.make_transform(variant)])
+    _, loss = real(base.x, base.y)
+    loss.backward()
 
-    def compile_once():
-        jitted = thunder.jit(model, transforms=[NvtxProfileTransform()])
-        jitted(x).sum().backward()
-        traces = (thunder.last_traces(jitted)[-1], thunder.last_backward_traces(jitted)[-1])
-        # The first line is provenance, with the time the pass took.
-        return [str(t).split("\n", 1)[1] for t in traces]
+    def code(trace):
+        text = re.sub(r"^# Constructed by .*\n", "", str(trace))  # provenance, with a duration
+        return re.sub(r"nvtx_regions_\d+_", "nvtx_regions_N_", text)  # per-process serial numbers
 
-    fresh = compile_once()
-    with workload.shared_initial_trace():
-        first, again = compile_once(), compile_once()
-    # Our global names carry a per-process serial number; the rest must match.
-    def normalize(texts):
-        return [re.sub(r"nvtx_regions_\d+_", "nvtx_regions_N_", t) for t in texts]
-
-    assert normalize(first) == normalize(fresh)
-    assert normalize(again) == normalize(fresh)
+    forward, backward = thunder.last_traces(real)[-1], thunder.last_backward_traces(real)[-1]
+    assert code(replayed.forward) == code(forward)
+    assert code(replayed.backward) == code(backward)
+    # What the callables are built from.
+    assert code(transform_to_torch_types(replayed.forward)) == code(transform_to_torch_types(forward))
+    assert replayed.ranges[0] > 0 and replayed.ranges[1] > 0
 
 
 def test_benchmark_smoke(tmp_path):
