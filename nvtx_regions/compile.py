@@ -9,6 +9,7 @@ start).
 from __future__ import annotations
 
 import fnmatch
+import functools
 import re
 from dataclasses import dataclass
 from typing import Callable
@@ -133,8 +134,10 @@ class CompiledSpec:
         return any(rule.gate is not None for rule in self.rules)
 
 
+@functools.lru_cache(maxsize=4096)
 def _glob_matcher(globs: tuple[str, ...]) -> Callable[[str], bool]:
-    # fnmatchcase semantics (case-sensitive on every OS), one regex per rule.
+    # fnmatchcase semantics (case-sensitive on every OS), one regex per glob
+    # list; cached, since big specs repeat their lists.
     pattern = re.compile("|".join(f"(?:{fnmatch.translate(g)})" for g in globs))
     return lambda name: pattern.match(name) is not None
 

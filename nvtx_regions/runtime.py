@@ -3,10 +3,13 @@ recovery of the NVTX stack after an op raised.
 
 The per-range path pushes no Python frame. A push line in the trace reads
 
-    nvtx_regions_push_3_0(nvtx_regions_attr_3_17)  # "t5 = ltorch.linear(...)"
+    nvtx_regions_3_push_0(nvtx_regions_3_attr_17, nvtx_regions_3_domain)  # "t5 = ltorch.linear(...)"
 
-where both names are globals of the generated function: a prebuilt domain's
-bound method (C code) and prebuilt `EventAttributes` with a registered string.
+where all three names are globals of the generated function: the nvtx
+package's C function ``push_range``, prebuilt `EventAttributes` with a
+registered string, and the domain's C handle. Pops read
+``nvtx_regions_3_pop_0(nvtx_regions_3_domain)``. With no NVTX tool attached
+the nvtx package hands out a dummy domain, and push and pop are C no-ops.
 
 The first push of a trace and its last pop are Python calls instead:
 `TraceRuntime.enter` and `TraceRuntime.exit`, once per call of the trace, so
@@ -17,7 +20,7 @@ that the trace gains exactly two bound symbols per range. `enter`:
   after an error the next call often compiles anew (another batch size), and
   NVTX stacks are per thread and domain, not per trace;
 - for gated rules (``rank in <...>``, ``steps a..b``), decides which ranges are
-  on for this call and swaps the push/pop globals between the domain's methods
+  on for this call and swaps the push/pop globals between nvtx's functions
   and C-level no-ops. A gated-off range costs one call of a C builtin.
 """
 
@@ -38,10 +41,27 @@ __all__ = ["Domain", "TraceRuntime", "current_rank", "DEFAULT_DOMAIN"]
 
 DEFAULT_DOMAIN = "nvtx_regions"
 
-# C builtins standing in for push(attributes) and pop() when a gate is closed:
-# calling them pushes no Python frame and has no effect.
-_SKIP_PUSH = id
-_SKIP_POP = tuple
+# C builtins standing in for push(attributes, domain) and pop(domain) when a
+# gate is closed or no tool is attached: calling them pushes no Python frame
+# and has no effect.
+_SKIP_PUSH = slice
+_SKIP_POP = id
+
+
+def _push_pop(handle: Any) -> tuple[Any, Any, Any]:
+    """(push, pop, domain argument) for the lines ``push(attributes, domain)`` and ``pop(domain)``.
+
+    The nvtx package's module-level functions take the domain's C handle: one
+    plain C call each, where the `Domain` methods also parse ``**kwargs`` and
+    look the handle up (about 40% of a range's cost with a tool attached).
+    """
+    if not hasattr(handle, "handle"):  # nvtx's DummyDomain: no tool attached, nothing to emit
+        return _SKIP_PUSH, _SKIP_POP, None
+    try:
+        from nvtx._lib.lib import pop_range, push_range
+    except ImportError:  # another nvtx layout: slower, still correct
+        return (lambda attributes, _: handle.push_range(attributes)), (lambda _: handle.pop_range()), None
+    return push_range, pop_range, handle.handle
 
 # Distinct, readable colours (ARGB), one per rule, cycling.
 _PALETTE = (
@@ -127,8 +147,12 @@ class TraceRuntime:
     that is in flight.
     """
 
-    def __init__(self, domain: Domain, groups: list[Group], *, enter_name: str, exit_name: str) -> None:
+    def __init__(
+        self, domain: Domain, groups: list[Group], *, enter_name: str, exit_name: str, domain_name: str
+    ) -> None:
         self.domain = domain
+        self.domain_name = domain_name  # the global that holds the domain argument
+        self._push, self._pop, self._domain_arg = _push_pop(domain.handle)
         self.groups = groups
         # The lines that call enter/exit also push/pop a range of these groups.
         self.enter_name, self.exit_name = enter_name, exit_name
@@ -139,12 +163,11 @@ class TraceRuntime:
 
     def initial_globals(self) -> dict[str, Any]:
         """Globals the generated function starts with (gated groups start closed)."""
-        handle = self.domain.handle
-        values: dict[str, Any] = {}
+        values: dict[str, Any] = {self.domain_name: self._domain_arg}
         for group in self.groups:
             on = group.gate is None
-            values[group.push_name] = handle.push_range if on else _SKIP_PUSH
-            values[group.pop_name] = handle.pop_range if on else _SKIP_POP
+            values[group.push_name] = self._push if on else _SKIP_PUSH
+            values[group.pop_name] = self._pop if on else _SKIP_POP
         return values
 
     def enter(self, function_globals: dict[str, Any], attributes: Any, push_name: str) -> None:
@@ -161,23 +184,22 @@ class TraceRuntime:
             for name in (g.push_name, g.pop_name)
         }
         calls.append(_Call(self, sys._getframe(1), live_names, push_name in live_names))
-        function_globals[push_name](attributes)
+        function_globals[push_name](attributes, self._domain_arg)
 
     def exit(self, function_globals: dict[str, Any], pop_name: str) -> None:
         """End a call: pop the trace's last range."""
-        function_globals[pop_name]()
+        function_globals[pop_name](self._domain_arg)
         _in_flight.__dict__[self.domain.name].pop()
 
     def _apply_gates(self, function_globals: dict[str, Any]) -> None:
         step = next(self._calls)
         rank = current_rank()
-        handle = self.domain.handle
         for group in self._gated:
             now = group.is_open(rank, step)
             if now != self._open[group.push_name]:
                 self._open[group.push_name] = now
-                function_globals[group.push_name] = handle.push_range if now else _SKIP_PUSH
-                function_globals[group.pop_name] = handle.pop_range if now else _SKIP_POP
+                function_globals[group.push_name] = self._push if now else _SKIP_PUSH
+                function_globals[group.pop_name] = self._pop if now else _SKIP_POP
 
     def _left_open(self, code: CodeType, failed_line: int, call: _Call) -> int:
         """How many ranges `call`, which raised on `failed_line` of `code`, left open."""

@@ -219,10 +219,15 @@ class NvtxProfileTransform(Transform):
                 n = len(groups)
                 groups[planned.gate] = Group(f"{prefix}_push_{n}", f"{prefix}_pop_{n}", planned.gate)
         enter_name, exit_name = f"{prefix}_push_enter", f"{prefix}_pop_exit"
-        runtime = TraceRuntime(self.domain, list(groups.values()), enter_name=enter_name, exit_name=exit_name)
+        domain_name = f"{prefix}_domain"
+        runtime = TraceRuntime(
+            self.domain, list(groups.values()), enter_name=enter_name, exit_name=exit_name, domain_name=domain_name
+        )
         functions = runtime.initial_globals()
-        pushes_by_group = {key: _symbol(g.push_name, "{name}({args[0]})  # {args[1]}") for key, g in groups.items()}
-        pops_by_group = {key: _symbol(g.pop_name, "{name}()") for key, g in groups.items()}
+        pushes_by_group = {
+            key: _symbol(g.push_name, "{name}({args[0]}, " + domain_name + ")  # {args[1]}") for key, g in groups.items()
+        }
+        pops_by_group = {key: _symbol(g.pop_name, "{name}(" + domain_name + ")") for key, g in groups.items()}
         # The trace's first push and last pop also start and end the call (see runtime).
         enter = _symbol(enter_name, "{name}(globals(), {args[0]}, {args[2]!r})  # {args[1]}")
         exit_ = _symbol(exit_name, "{name}(globals(), {args[0]!r})")
@@ -245,7 +250,11 @@ class NvtxProfileTransform(Transform):
             )
             attr_name = f"{prefix}_attr_{number}"
             group = groups[planned.gate]
-            context = {group.push_name: functions[group.push_name], group.pop_name: functions[group.pop_name]}
+            context = {
+                group.push_name: functions[group.push_name],
+                group.pop_name: functions[group.pop_name],
+                domain_name: functions[domain_name],
+            }
             if number == 0:
                 push = BoundSymbol(
                     enter,
