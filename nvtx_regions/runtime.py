@@ -130,7 +130,7 @@ class _Call:
 
     runtime: TraceRuntime
     frame: FrameType
-    live_names: set[str]  # push/pop globals not gated off in this call
+    live_names: frozenset[str]  # push/pop globals not gated off in this call
     first_push_live: bool  # whether `enter` pushed a range
 
 
@@ -159,6 +159,7 @@ class TraceRuntime:
         self.enter_name, self.exit_name = enter_name, exit_name
         self._gated = [g for g in groups if g.gate is not None]
         self._open = {g.push_name: False for g in self._gated}
+        self._live_names = self._live()  # changes only when a gate opens or closes
         self._calls = itertools.count()
         self._lines: dict[CodeType, dict[str, list[int]]] = {}
 
@@ -178,12 +179,7 @@ class TraceRuntime:
             _recover(calls)
         if self._gated:
             self._apply_gates(function_globals)
-        live_names = {
-            name
-            for g in self.groups
-            if g.gate is None or self._open[g.push_name]
-            for name in (g.push_name, g.pop_name)
-        }
+        live_names = self._live_names
         calls.append(_Call(self, sys._getframe(1), live_names, push_name in live_names))
         function_globals[push_name](attributes, self._domain_arg)
 
@@ -192,15 +188,28 @@ class TraceRuntime:
         function_globals[pop_name](self._domain_arg)
         _in_flight.__dict__[self.domain.name].pop()
 
+    def _live(self) -> frozenset[str]:
+        """The push/pop globals that are not gated off now."""
+        return frozenset(
+            name
+            for g in self.groups
+            if g.gate is None or self._open[g.push_name]
+            for name in (g.push_name, g.pop_name)
+        )
+
     def _apply_gates(self, function_globals: dict[str, Any]) -> None:
         step = next(self._calls)
         rank = current_rank()
+        changed = False
         for group in self._gated:
             now = group.is_open(rank, step)
             if now != self._open[group.push_name]:
                 self._open[group.push_name] = now
                 function_globals[group.push_name] = self._push if now else _SKIP_PUSH
                 function_globals[group.pop_name] = self._pop if now else _SKIP_POP
+                changed = True
+        if changed:
+            self._live_names = self._live()
 
     def _left_open(self, code: CodeType, failed_line: int, call: _Call) -> int:
         """How many ranges `call`, which raised on `failed_line` of `code`, left open."""

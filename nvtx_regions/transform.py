@@ -235,8 +235,6 @@ class NvtxProfileTransform(Transform):
         bsyms = trace.bound_symbols
         pushes: dict[int, list[BoundSymbol]] = {}
         pops: dict[int, list[BoundSymbol]] = {}
-        last_pop: BoundSymbol | None = None
-        last_pop_key: tuple[int, int] = (-1, -1)
         open_ends: list[int] = []  # ends of the ranges enclosing the current one
         for number, planned in enumerate(plan.ranges):
             message = planned.label if planned.label is not None else one_line(bsyms[planned.start])
@@ -274,17 +272,12 @@ class NvtxProfileTransform(Transform):
             pushes.setdefault(planned.start, []).append(push)
             pop = BoundSymbol(pops_by_group[planned.gate], args=(), kwargs={}, output=None, _call_ctx=context)
             pops.setdefault(planned.end, []).insert(0, pop)
-            # The range popped last in the trace: latest end; at one end, the outermost.
-            key = (planned.end, -number)
-            if key > last_pop_key:
-                last_pop_key, last_pop = key, pop
-        assert last_pop is not None
-        final = BoundSymbol(
+        # The trace's last pop: at the latest end, the last of that list (the outermost range).
+        end_pops = pops[max(pops)]
+        last_pop = end_pops[-1]
+        end_pops[-1] = BoundSymbol(
             exit_, args=(last_pop.sym.name,), kwargs={}, output=None, _call_ctx={exit_name: runtime.exit, **last_pop._call_ctx}
         )
-        end_pops = pops[last_pop_key[0]]
-        # By identity: bound symbols compare equal by symbol and arguments.
-        end_pops[next(i for i, b in enumerate(end_pops) if b is last_pop)] = final
 
         new_bsyms: list[BoundSymbol] = []
         for index, bsym in enumerate(bsyms):
