@@ -17,7 +17,8 @@ from .compile import CompiledRule, CompiledSpec
 from .errors import NvtxRegionsWarning, SelectorError
 from .plan import Plan
 from .traceview import TraceView
-from .tree import OpIn, Proxy, Reads, walk
+from .modules import class_matcher, path_matcher
+from .tree import ClassIn, EachClass, EachModule, ModuleIn, OpIn, Proxy, Reads, Source, walk
 
 __all__ = ["RuleTally"]
 
@@ -70,12 +71,77 @@ class RuleTally:
                 for glob in part.globs:
                     if not any(fnmatch.fnmatchcase(name, glob) for name in op_names):
                         notes.append(self._missing(f"op {glob!r}", glob, op_names))
+            elif isinstance(part, (ModuleIn, EachModule, ClassIn, EachClass)):
+                notes.extend(self._module_reasons(part))
+            elif isinstance(part, Source):
+                notes.append(self._source_reason(part))
             elif isinstance(part, Reads):
                 names = sorted({n for view in self.views for n in view.by_read})
                 for glob in part.globs:
                     if not any(fnmatch.fnmatchcase(name, glob) for name in names):
                         notes.append(self._missing(f"read {glob!r}", glob, names))
         return "; ".join(notes)
+
+    def _module_reasons(self, part: ModuleIn | EachModule | ClassIn | EachClass) -> list[str]:
+        by_path = isinstance(part, (ModuleIn, EachModule))
+        classes: dict[str, str] = {}
+        for view in self.views:
+            classes.update(view.module_classes)
+        if not classes:
+            return [
+                "no op of these traces has a module: nvtx_regions records modules while thunder traces, "
+                "so import nvtx_regions.transform (or create the NvtxProfileTransform) before the first call"
+            ]
+        names = sorted(p for p in classes if p) if by_path else sorted(set(classes.values()))
+        what = "module" if by_path else "class"
+        notes = []
+        for glob in part.globs:
+            matches = path_matcher((glob,)) if by_path else class_matcher((glob,))
+            hits = [n for n in names if matches(n)]
+            if not hits:
+                notes.append(self._missing(f"{what} {glob!r}", glob, names))
+                continue
+            called = {
+                (call.path if by_path else call.cls)
+                for view in self.views
+                for chain in view.module_chains
+                if chain
+                for call in chain
+            }
+            never = [n for n in hits if n not in called]
+            if isinstance(part, (EachModule, EachClass)) and never and len(never) == len(hits):
+                shown = ", ".join(never[:3])
+                notes.append(
+                    f"{what} {glob!r} matches {shown}, whose forward never runs by itself (a container such as "
+                    "ModuleList, or its ops are all inside fusions that span other modules); "
+                    f"write 'each module <{never[0]}.*>' for its children, or 'module <{never[0]}>' for its ops"
+                )
+            elif never and len(never) == len(hits):
+                notes.append(
+                    f"{what} {glob!r} matches {', '.join(never[:3])}, but no op is attributed to it: its ops may be "
+                    "fused with other modules' (a fusion belongs to the deepest module containing all its parts)"
+                )
+        return notes
+
+    def _source_reason(self, part: Source) -> str:
+        lines = sorted({line for view in self.views for found in view.source_lines for line in found})
+        if not lines:
+            return f"source <{part.text()}> selects forward ops only, and these traces have no source lines (backward ops carry none)"
+        files = sorted({name for name, _ in lines})
+        same = [line for name, line in lines if fnmatch.fnmatchcase(name, part.file) or fnmatch.fnmatchcase(name, "*/" + part.file)]
+        if not same:
+            short = sorted({name.rsplit("/", 1)[-1] for name in files})
+            return self._missing(f"source file {part.file!r}", part.file, short)
+        if any(part.first <= line <= part.last for line in same):
+            return (
+                f"ops were recorded at {part.text()} in the forward trace, but the rule excludes them there; "
+                "backward ops have no source line (use 'backward of (source <...>)' for their backward)"
+            )
+        near = sorted(set(same), key=lambda n: min(abs(n - part.first), abs(n - part.last)))[:3]
+        return (
+            f"no op was recorded at {part.text()} (nearest recorded lines of that file: {', '.join(map(str, sorted(near)))}); "
+            "backward ops have no source line"
+        )
 
     @staticmethod
     def _missing(what: str, name: str, candidates: list[str], verb: str = "matches nothing") -> str:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .errors import SelectorError
+from .modules import ModuleCall, ancestors, class_matcher, path_matcher
 from .traceview import Phase, TraceView, bit_positions
 from .tree import (
     All,
@@ -22,10 +23,14 @@ from .tree import (
     Backward,
     BackwardOf,
     Between,
+    ClassIn,
+    EachClass,
+    EachModule,
     Endpoint,
     Expr,
     First,
     Forward,
+    ModuleIn,
     Not,
     OpIn,
     Or,
@@ -33,6 +38,7 @@ from .tree import (
     RankIn,
     Reads,
     Rule,
+    Source,
     Spec,
     Steps,
     render,
@@ -102,8 +108,49 @@ class RegionSelector:
 
 
 @dataclass(frozen=True)
+class CallSpan:
+    """One module call's ops in one trace: compute positions `first`..`last`."""
+
+    call: ModuleCall
+    depth: int  # in the module tree: 0 is the root
+    first: int
+    last: int
+    positions: int  # bitset of the ops attributed to the call
+    message: str
+
+
+@dataclass(frozen=True)
+class EachSelector:
+    """``each module <...>`` / ``each class <...>``: one range per matching module call."""
+
+    by: str  # "module" or "class"
+    matches: Callable[[str], bool]
+    phase: Phase | None
+    never: bool = False
+
+    def spans(self, view: TraceView) -> list[CallSpan]:
+        """Each matching call with ops in `view`, in order of its first op (outer first)."""
+        if self.never or (self.phase is not None and self.phase != view.phase):
+            return []
+        found: dict[ModuleCall, list[int]] = {}
+        for position, chain in enumerate(view.module_chains):
+            if not chain:
+                continue
+            for depth, call in enumerate(chain):
+                name = call.path if self.by == "module" else call.cls
+                if self.matches(name):
+                    entry = found.setdefault(call, [depth, position, position, 0])
+                    entry[2] = position
+                    entry[3] |= 1 << position
+        suffix = " (backward)" if view.phase == "backward" else ""
+        spans = [CallSpan(call, d, first, last, mask, call.name + suffix) for call, (d, first, last, mask) in found.items()]
+        spans.sort(key=lambda span: (span.first, -span.last, span.depth))
+        return spans
+
+
+@dataclass(frozen=True)
 class CompiledRule:
-    """One rule, ready to evaluate. Exactly one of `region` and `select` is set."""
+    """One rule, ready to evaluate. Exactly one of `region`, `each` and `select` is set."""
 
     rule: Rule
     number: int  # 0-based position in the spec
@@ -111,6 +158,7 @@ class CompiledRule:
     select: Selector | None
     gate: Gate | None
     filename: str
+    each: EachSelector | None = None
 
     def describe(self) -> str:
         return self.rule.describe(self.filename)
@@ -151,6 +199,40 @@ def _glob_selector(globs: tuple[str, ...], masks: Callable[[TraceView], dict[str
         for name, name_mask in masks(view).items():
             if matches(name):
                 mask |= name_mask
+        return mask
+
+    return select
+
+
+def _module_selector(by: str, globs: tuple[str, ...]) -> Selector:
+    """Ops attributed to a module, or a module above it, whose path (or class name) matches."""
+    matches = path_matcher(globs) if by == "module" else class_matcher(globs)
+    key = (by, globs)
+
+    def select(view: TraceView) -> int:
+        cache = view.__dict__.setdefault("_module_masks", {})
+        if key not in cache:
+            classes = view.module_classes
+            mask = 0
+            for position, chain in enumerate(view.module_chains):
+                if chain and any(matches(path if by == "module" else cls) for path, cls in ancestors(chain, classes)):
+                    mask |= 1 << position
+            cache[key] = mask
+        return cache[key]
+
+    return select
+
+
+def _source_selector(source: Source) -> Selector:
+    patterns = (source.file, "*/" + source.file)
+
+    def select(view: TraceView) -> int:
+        mask = 0
+        for position, lines in enumerate(view.source_lines):
+            for filename, line in lines:
+                if source.first <= line <= source.last and any(fnmatch.fnmatchcase(filename, p) for p in patterns):
+                    mask |= 1 << position
+                    break
         return mask
 
     return select
@@ -227,17 +309,25 @@ class _Compiler:
                 forward = view.forward
                 if view.phase != "backward" or forward is None:
                     return 0
-                selected = [forward.ops[p] for p in bit_positions(inner(forward))]
-                # What those forward ops read or wrote; any of it the backward reads was saved for it.
-                saved = {name for op in selected for name in (*op.reads, *op.writes)}
+                # The backward ops the attribution rule (modules.backward_origins) traces to those forward ops.
+                chosen = inner(forward)
                 mask = 0
-                for name in saved:
-                    mask |= view.by_read.get(name, 0)
+                for position, origins in enumerate(view.origins):
+                    if origins is not None and origins & chosen:
+                        mask |= 1 << position
                 return mask
 
             return backward_of
         if isinstance(expr, All):
             return lambda view: view.everything
+        if isinstance(expr, ModuleIn):
+            return _module_selector("module", expr.globs)
+        if isinstance(expr, ClassIn):
+            return _module_selector("class", expr.globs)
+        if isinstance(expr, Source):
+            return _source_selector(expr)
+        if isinstance(expr, (EachModule, EachClass)):
+            raise self.error(_EACH_ALONE.format(each=render(expr)))
         if isinstance(expr, Not):
             inner = self.expr(expr.operand)
             return lambda view: view.everything & ~inner(view)
@@ -295,6 +385,27 @@ class _Compiler:
         return Gate(ranks, first, last)
 
 
+_EACH_ALONE = (
+    "{each!r} is a rule of its own (one range per module call): join it only with 'and forward', "
+    "'and backward' or run-time gates, at the top of the rule; to select the ops inside modules "
+    "write 'module <...>' or 'class <...>' instead"
+)
+
+
+def _each(operands: list[Expr]) -> tuple[EachModule | EachClass, Phase | None, bool] | None:
+    """If `operands` (the non-gate conjuncts of a rule) hold an ``each`` rule, describe it."""
+    eaches = [e for e in operands if isinstance(e, (EachModule, EachClass))]
+    if not eaches:
+        return None
+    phases = [e for e in operands if isinstance(e, (Forward, Backward))]
+    kinds = {"forward" if isinstance(p, Forward) else "backward" for p in phases}
+    if len(eaches) > 1 or len(eaches) + len(phases) != len(operands):
+        return eaches[0], None, False  # reported by the caller
+    if len(kinds) > 1:
+        return eaches[0], None, True
+    return eaches[0], (kinds.pop() if kinds else None), False
+
+
 def _region(operands: list[Expr]) -> tuple[Between, Phase | None, bool] | None:
     """If `operands` (the non-gate conjuncts of a rule) form a bare region, describe it."""
     betweens = [e for e in operands if isinstance(e, Between)]
@@ -318,10 +429,20 @@ def compile_spec(spec: Spec) -> CompiledSpec:
         rest = [e for e in conjuncts if not isinstance(e, (RankIn, Steps))]
         for expr in rest:
             for inner in walk(expr):
-                if isinstance(inner, (RankIn, Steps)):
+                if isinstance(inner, (RankIn, Steps)) or (isinstance(inner, (EachModule, EachClass)) and inner is not expr):
                     compiler.expr(inner)  # raises the explanatory error
+        each = _each(rest)
         region = _region(rest)
-        if region is not None:
+        if each is not None:
+            found, phase, never = each
+            others = [e for e in rest if not isinstance(e, (Forward, Backward)) and e is not found]
+            if others:
+                raise compiler.error(_EACH_ALONE.format(each=render(found)))
+            by = "module" if isinstance(found, EachModule) else "class"
+            matches = path_matcher(found.globs) if by == "module" else class_matcher(found.globs)
+            selector_each = EachSelector(by, matches, phase, never)
+            compiled = CompiledRule(rule, number, None, None, compiler.gate(gates), spec.filename, selector_each)
+        elif region is not None:
             between, phase, never = region
             selector = RegionSelector(compiler.endpoint(between.start), compiler.endpoint(between.end), phase, never)
             compiled = CompiledRule(rule, number, selector, None, compiler.gate(gates), spec.filename)

@@ -1,6 +1,7 @@
 """Explain a spec against real traces: which ops each rule selects, which
-region each region rule spans, why a rule selects nothing, and, for selected
-backward ops, which forward ops saved the tensors they read.
+region each region rule spans, which module each selected op belongs to, the
+module calls of ``each`` rules, why a rule selects nothing, and, for selected
+backward ops, the forward ops they are traced to.
 
     import nvtx_regions
     print(nvtx_regions.explain(jitted, "attn: between t3..t9"))
@@ -33,7 +34,9 @@ class RuleInTrace:
     region: tuple[int, int] | None  # compute positions of a region rule's span
     selected: tuple[int, ...]  # compute positions selected (ops of a region)
     lines: tuple[str, ...]  # one line of Python per selected op
-    saved_by: tuple[tuple[str, ...], ...]  # per selected backward op: forward ops behind the saved tensors it reads
+    saved_by: tuple[tuple[str, ...], ...]  # per selected backward op: its forward origins (modules.backward_origins)
+    modules: tuple[str | None, ...] = ()  # per selected op: the module it is attributed to
+    calls: tuple[tuple[str, int, int, int], ...] = ()  # `each` rules: (message, first, last, ops) per module call
 
 
 @dataclass
@@ -48,7 +51,10 @@ class Explanation:
     def __str__(self) -> str:
         out = []
         for rule, per_trace in zip(self.rules, self.traces):
-            kind = "one range per region" if rule.region is not None else "one range per op"
+            kind = (
+                "one range per module call" if rule.each is not None
+                else "one range per region" if rule.region is not None else "one range per op"
+            )  # fmt: skip
             gate = f", gated: {rule.gate.text()}" if rule.gate is not None else ""
             out.append(f"{rule.describe()}: {kind}{gate}")
             for found in per_trace:
@@ -56,11 +62,16 @@ class Explanation:
                 if found.region is not None:
                     head += f", ops #{found.region[0]}..#{found.region[1]} ({len(found.selected)} ops)"
                 out.append(head)
-                for position, line, saved in list(zip(found.selected, found.lines, found.saved_by))[: self.max_ops]:
-                    out.append(f"      #{position:<4} {line}")
+                for message, first, last, count in found.calls[: self.max_ops]:
+                    out.append(f"    {message}: ops #{first}..#{last} ({count} op{'s' * (count != 1)})")
+                if len(found.calls) > self.max_ops:
+                    out.append(f"    ... {len(found.calls) - self.max_ops} more calls")
+                rows = list(zip(found.selected, found.lines, found.saved_by, found.modules))
+                for position, line, saved, module in rows[: self.max_ops] if not found.calls else ():
+                    out.append(f"      #{position:<4} [{module if module is not None else '?'}] {line}")
                     if saved:
                         out.append(f"             <- from forward {', '.join(saved)}")
-                if len(found.selected) > self.max_ops:
+                if len(found.selected) > self.max_ops and not found.calls:
                     out.append(f"      ... {len(found.selected) - self.max_ops} more")
             if rule.number in self.reasons:
                 out.append(f"  nothing selected: {self.reasons[rule.number]}")
@@ -150,18 +161,20 @@ def _rule_in_trace(rule: CompiledRule, view: TraceView, plan: Plan) -> RuleInTra
     lines = tuple(_one_line(view.ops[p].bsym) if view.ops[p].bsym is not None else view.ops[p].name for p in selected)
     saved_by: list[tuple[str, ...]] = []
     forward = view.forward
-    # A saved tensor's forward origin: the op that produced it, or, for an
-    # argument of the forward (a parameter, an input), the ops that read it.
-    origins: dict[str, list[str]] = {}
-    if forward is not None:
-        for position, op in enumerate(forward.ops):
-            for name in op.writes:
-                origins.setdefault(name, [f"#{position} {op.name} ({name})"])
-        for position, op in enumerate(forward.ops):
-            for name in op.reads:
-                if name in forward.args:
-                    origins.setdefault(name, []).append(f"#{position} {op.name} (reads {name})")
     for position in selected:
-        found = (origin for name in view.ops[position].reads for origin in origins.get(name, ()))
-        saved_by.append(tuple(dict.fromkeys(found)))
-    return RuleInTrace(view.name, view.phase, plan.ranges_per_rule[rule.number], region, selected, lines, tuple(saved_by))
+        origins = view.origins[position] if view.phase == "backward" else None
+        if forward is None or not origins:
+            saved_by.append(())
+            continue
+        found = [f"#{p} {forward.ops[p].name}" for p in bit_positions(origins)]
+        saved_by.append(tuple(found[:4]) + ((f"... {len(found) - 4} more",) if len(found) > 4 else ()))
+    chains = view.module_chains
+    modules = tuple((chains[p][-1].name if chains[p] else None) for p in selected)
+    calls: tuple[tuple[str, int, int, int], ...] = ()
+    if rule.each is not None:
+        calls = tuple(
+            (span.message, span.first, span.last, bin(span.positions).count("1")) for span in rule.each.spans(view)
+        )
+    return RuleInTrace(
+        view.name, view.phase, plan.ranges_per_rule[rule.number], region, selected, lines, tuple(saved_by), modules, calls
+    )

@@ -29,9 +29,13 @@ from .tree import (
     Backward,
     BackwardOf,
     Between,
+    ClassIn,
+    EachClass,
+    EachModule,
     First,
     Forward,
     Last,
+    ModuleIn,
     Not,
     OpIn,
     Or,
@@ -39,6 +43,7 @@ from .tree import (
     RankIn,
     Reads,
     Rule,
+    Source,
     Spec,
     Steps,
 )
@@ -131,6 +136,9 @@ def _patterns(tokens: list[Token]) -> tuple[str, ...]:
     return tuple(patterns)
 
 
+_SOURCE = re.compile(r"(?P<file>.+):(?P<first>[0-9]+)(?:\.\.(?P<last>[0-9]+))?\Z", re.DOTALL)
+
+
 @v_args(inline=False)
 class _ToTree(Transformer):
     """Builds `tree` dataclasses straight from the LALR parser (no parse tree kept)."""
@@ -163,6 +171,36 @@ class _ToTree(Transformer):
 
     def reads(self, children) -> Reads:
         return Reads(_patterns(children))
+
+    def module_in(self, children) -> ModuleIn:
+        return ModuleIn(_patterns(children))
+
+    def class_in(self, children) -> ClassIn:
+        return ClassIn(_patterns(children))
+
+    def each_module(self, children) -> EachModule:
+        return EachModule(_patterns(children))
+
+    def each_class(self, children) -> EachClass:
+        return EachClass(_patterns(children))
+
+    def source(self, children) -> Source:
+        (token,) = children
+        (text,) = _patterns(children)
+        found = _SOURCE.match(text)
+        if found is None:
+            raise _SourceError(
+                f"source <{text}> names no line; write source <file.py:52> or source <file.py:52..60>", token
+            )
+        first = int(found["first"])
+        last = int(found["last"]) if found["last"] is not None else first
+        if first < 1:
+            raise _SourceError("source lines count from 1", token)
+        if last < first:
+            raise _SourceError(
+                f"source lines {first}..{last} end before they start; write {found['file']}:{last}..{first}", token
+            )
+        return Source(found["file"], first, last)
 
     def between(self, children) -> Between:
         return Between(children[0], children[1])
@@ -280,7 +318,10 @@ def _got(token: Token) -> str:
 
 _WORD_AT = re.compile(r'[^\s,<>()";#]+')
 _WORD_BEFORE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*$")
-_FILTER_WORDS = ["op", "reads", "between", "forward", "backward", "all", "rank", "steps", "not"]
+_FILTER_WORDS = [
+    "op", "reads", "between", "forward", "backward", "all", "rank", "steps", "not",
+    "module", "class", "each", "source",
+]  # fmt: skip
 
 
 def _message_for_token(error: lark.exceptions.UnexpectedToken, source_line: str, column: int) -> tuple[str, int]:

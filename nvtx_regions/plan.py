@@ -4,7 +4,10 @@ Promises:
 - Every range covers compute bound symbols only at its ends; a region may
   span non-compute ones in between.
 - An op selected by several rules gets one range.
-- Regions with the same extent nest in rule order (the first rule outermost).
+- Regions with the same extent nest in rule order (the first rule outermost);
+  module calls of one ``each`` rule with the same extent nest as the module tree.
+- An ``each`` rule gives one region per matching module call, from its first to
+  its last op, even when ops of other calls lie in between.
 - Regions that partially overlap raise `SelectorError` naming both rules,
   because NVTX push/pop ranges must nest.
 - `ranges` are in push order: at a given bound symbol, outer before inner.
@@ -60,12 +63,20 @@ def make_plan(spec: CompiledSpec, view: TraceView) -> Plan:
     Raises `SelectorError` for partially overlapping regions, and
     `RegionOrderError` (a `SelectorError`) for a region that ends before it starts.
     """
-    regions: list[tuple[int, int, int, PlannedRange]] = []
+    regions: list[tuple[int, int, int, int, PlannedRange]] = []
     op_rules: dict[int, list[int]] = {}
     ranges_per_rule = [0] * len(spec.rules)
     selected = [0] * len(spec.rules)
     for rule in spec.rules:
-        if rule.region is not None:
+        if rule.each is not None:
+            gate = _merge_gates([rule.gate])
+            for span in rule.each.spans(view):
+                selected[rule.number] |= span.positions
+                start, end = view.ops[span.first].index, view.ops[span.last].index
+                planned = PlannedRange(start, end, "region", (rule.number,), span.message, gate)
+                regions.append((start, -end, rule.number, span.depth, planned))
+                ranges_per_rule[rule.number] += 1
+        elif rule.region is not None:
             bounds = rule.region_bounds(view)
             if bounds is None:
                 continue
@@ -76,7 +87,7 @@ def make_plan(spec: CompiledSpec, view: TraceView) -> Plan:
                 label = f"{_endpoint_text(rule.region.start)}..{_endpoint_text(rule.region.end)}"
             start, end = view.ops[first].index, view.ops[last].index
             planned = PlannedRange(start, end, "region", (rule.number,), label, _merge_gates([rule.gate]))
-            regions.append((start, -end, rule.number, planned))
+            regions.append((start, -end, rule.number, 0, planned))
             ranges_per_rule[rule.number] += 1
         else:
             assert rule.select is not None
@@ -86,8 +97,8 @@ def make_plan(spec: CompiledSpec, view: TraceView) -> Plan:
                 op_rules.setdefault(position, []).append(rule.number)
             ranges_per_rule[rule.number] += bin(mask).count("1")
 
-    regions.sort(key=lambda item: item[:3])
-    _check_nesting([item[3] for item in regions], spec, view)
+    regions.sort(key=lambda item: item[:4])
+    _check_nesting([item[4] for item in regions], spec, view)
 
     gates = {rule.number: rule.gate for rule in spec.rules}
     op_ranges = []
@@ -100,7 +111,7 @@ def make_plan(spec: CompiledSpec, view: TraceView) -> Plan:
 
     # Push order: by start; at the same start, regions (outer to inner) before the op.
     ordered = sorted(
-        [item[3] for item in regions] + op_ranges,
+        [item[4] for item in regions] + op_ranges,
         key=lambda r: (r.start, r.kind == "op", -r.end, r.rules[0]),
     )
     return Plan(view.phase, view.name, tuple(ordered), tuple(ranges_per_rule), tuple(selected))
@@ -114,6 +125,14 @@ def _check_nesting(regions: list[PlannedRange], spec: CompiledSpec, view: TraceV
         if stack and stack[-1].end < region.end:
             outer = spec.rules[stack[-1].rules[0]]
             inner = spec.rules[region.rules[0]]
+            if outer.each is not None or inner.each is not None:
+                raise SelectorError(
+                    f"the ranges {stack[-1].label!r} ({outer.describe()}) and {region.label!r} "
+                    f"({inner.describe()}) overlap without nesting in the {view.phase} trace {view.name!r} "
+                    f"(bound symbols {stack[-1].start}..{stack[-1].end} and {region.start}..{region.end}): "
+                    "thunder interleaved their ops, and NVTX ranges must nest; select one of them, "
+                    "or restrict the rule with 'and forward' / 'and backward'"
+                )
             raise SelectorError(
                 f"{outer.describe()} and {inner.describe()} overlap without nesting in the "
                 f"{view.phase} trace {view.name!r} (bound symbols {stack[-1].start}..{stack[-1].end} "

@@ -103,6 +103,11 @@ class TraceView:
     length: int = 0  # number of bound symbols in the full trace
     # For a backward trace: the forward trace of the same compilation, when known.
     forward: TraceView | None = None
+    # The traced function's positional arguments in order (None where not a proxy),
+    # and for a backward trace the names its return holds (the gradients,
+    # aligned with the forward's `arg_order`).
+    arg_order: tuple[str | None, ...] = ()
+    returned: tuple[str | None, ...] = ()
     _producer: dict[str, int] = field(default_factory=dict, repr=False)
     _first_consumer: dict[str, int] = field(default_factory=dict, repr=False)
     _last_consumer: dict[str, int] = field(default_factory=dict, repr=False)
@@ -130,7 +135,13 @@ class TraceView:
         flat_args = [a for a in arguments if isinstance(a, Proxy) and not isinstance(a, CollectionProxy)]
         fn = getattr(trace, "fn", None)
         name = getattr(fn, "__name__", None) or ("backward_fn" if phase == "backward" else "computation")
-        return cls(ops, phase, frozenset(_names(flat_args)), name, len(trace.bound_symbols))
+        order = tuple(a.name if isinstance(a, Proxy) and not isinstance(a, CollectionProxy) else None for a in trace.args)
+        returned: tuple[str | None, ...] = ()
+        if phase == "backward" and trace.bound_symbols and trace.bound_symbols[-1].sym.name == "python_return":
+            (value,) = trace.bound_symbols[-1].args[:1] or (None,)
+            if isinstance(value, (tuple, list)):
+                returned = tuple(v.name if isinstance(v, Proxy) else None for v in value)
+        return cls(ops, phase, frozenset(_names(flat_args)), name, len(trace.bound_symbols), arg_order=order, returned=returned)
 
     # -- selections -------------------------------------------------------
 
@@ -162,6 +173,59 @@ class TraceView:
         """Every proxy name a compute op reads or writes, plus the arguments."""
         self._index()
         return frozenset(self._producer) | frozenset(self._first_consumer) | self.args
+
+    def position_of(self, index: int) -> int:
+        """The compute position of the bound symbol at `index` of the full trace."""
+        positions = self.__dict__.get("_positions")
+        if positions is None:
+            positions = self.__dict__["_positions"] = {op.index: p for p, op in enumerate(self.ops)}
+        return positions[index]
+
+    # -- modules -----------------------------------------------------------
+
+    @functools.cached_property
+    def origins(self) -> list[int | None]:
+        """Per op of a backward trace: its forward origins, a bitset over the
+        forward's positions (`modules.backward_origins`); empty without a forward."""
+        if self.phase != "backward" or self.forward is None:
+            return [None] * len(self.ops)
+        from .modules import backward_origins
+
+        return backward_origins(self, self.forward, self.returned)
+
+    @functools.cached_property
+    def module_chains(self) -> list[Any]:
+        """Per op: the module calls it belongs to, outermost first (a `modules.Chain`), or None."""
+        from .modules import common_chain, forward_chains
+        from .thunder_internals import recorded_chain
+
+        if self.phase == "forward":
+            return forward_chains(self, [recorded_chain(op.bsym) if op.bsym is not None else None for op in self.ops])
+        if self.forward is None:
+            return [None] * len(self.ops)
+        chains = self.forward.module_chains
+        return [
+            None if mask is None else common_chain(chains[p] for p in bit_positions(mask)) for mask in self.origins
+        ]
+
+    @functools.cached_property
+    def module_classes(self) -> dict[str, str]:
+        """Path -> class name of every module of the traced model, as recorded (empty if none was)."""
+        from .thunder_internals import recorded_classes
+
+        view = self if self.phase == "forward" or self.forward is None else self.forward
+        for op in view.ops:
+            if op.bsym is not None:
+                found = recorded_classes(op.bsym)
+                if found is not None:
+                    return found
+        return {}
+
+    @functools.cached_property
+    def source_lines(self) -> list[tuple[tuple[str, int], ...]]:
+        """Per op: the (filename, line)s where thunder recorded it (a fusion: all
+        its parts'); empty for backward ops, which have none."""
+        return [tuple(dict.fromkeys(_source_lines(op.bsym))) if op.bsym is not None else () for op in self.ops]
 
     # -- region endpoints --------------------------------------------------
 
@@ -201,6 +265,16 @@ class TraceView:
         if name in self.args:
             return self._last_consumer.get(name)
         return None
+
+
+def _source_lines(bsym: Any) -> Iterable[tuple[str, int]]:
+    filename = getattr(bsym, "source_filename", None)
+    positions = getattr(bsym, "source_positions", None)
+    if filename and positions is not None and not getattr(bsym.sym, "is_fusion", False):
+        yield str(filename), positions.lineno
+        return
+    for sub in getattr(bsym, "subsymbols", ()):
+        yield from _source_lines(sub)
 
 
 class _LazyOp:

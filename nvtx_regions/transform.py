@@ -30,9 +30,17 @@ from .compile import CompiledSpec, compile_spec
 from .errors import SelectorError
 from .parse import combine, parse
 from .plan import Plan, make_plan
+from .modules import chain_message
 from .runtime import DEFAULT_DOMAIN, Domain, Group, TraceRuntime, next_serial, rule_color
+from .thunder_internals import install_module_recorder
 from .traceview import TraceView
 from .tree import Spec, render
+
+# Module attribution needs the modules running while thunder traces: record
+# them for every function jitted after this import.
+install_module_recorder()
+
+MESSAGE_STYLES = ("python", "module")
 
 __all__ = ["NvtxProfileTransform", "TraceReport"]
 
@@ -87,6 +95,10 @@ class NvtxProfileTransform(Transform):
             ``None`` is NVTX's default domain, the one ``torch.cuda.nvtx`` uses.
         strict: raise `SelectorError` instead of warning when a rule selects
             nothing.
+        messages: what a per-op range says. ``"python"`` (default): the op's
+            line of Python, as thunder's transform does. ``"module"``: the
+            module path and the op's name, e.g.
+            ``transformer.h.0.attn.c_attn: linear``.
 
     Raises `SelectorSyntaxError` for text that does not parse and
     `SelectorError` for a spec file that cannot be read, right here.
@@ -105,11 +117,15 @@ class NvtxProfileTransform(Transform):
         spec: str | os.PathLike[str] | None = None,
         domain: str | None = DEFAULT_DOMAIN,
         strict: bool = False,
+        messages: str = "python",
     ) -> None:
         if select is not None and not isinstance(select, str):
             raise TypeError(f"select= takes spec text (str), not {type(select).__name__}")
         if domain is not None and not isinstance(domain, str):
             raise TypeError(f"domain= takes a str or None, not {type(domain).__name__}")
+        if messages not in MESSAGE_STYLES:
+            raise ValueError(f"messages= is one of {', '.join(map(repr, MESSAGE_STYLES))}, not {messages!r}")
+        self.messages = messages
         self.select = select
         self.spec_path = None if spec is None else os.fspath(spec)
         self.domain_name = domain
@@ -137,6 +153,8 @@ class NvtxProfileTransform(Transform):
             args.append(f"domain={self.domain_name!r}")
         if self.strict:
             args.append("strict=True")
+        if self.messages != "python":
+            args.append(f"messages={self.messages!r}")
         return f"nvtx_regions.NvtxProfileTransform({', '.join(args)})"
 
     # -- thunder entry point -------------------------------------------------
@@ -151,7 +169,7 @@ class NvtxProfileTransform(Transform):
             self._last_forward = view
         plan = make_plan(self.compiled, view)
         emitted: list[tuple[int, str]] = []
-        result = trace if plan.empty else self._annotate(trace, plan, emitted)
+        result = trace if plan.empty else self._annotate(trace, plan, emitted, view)
         seconds = time.perf_counter() - started
         if result is not trace:
             result.set_provenance(
@@ -210,7 +228,13 @@ class NvtxProfileTransform(Transform):
         else:
             tally.report(strict=self.strict, where="the forward trace of this compilation")
 
-    def _annotate(self, trace: TraceCtx, plan: Plan, emitted: list[tuple[int, str]]) -> TraceCtx:
+    def _op_message(self, view: TraceView, index: int, bsym: BoundSymbol) -> str:
+        if self.messages == "python":
+            return one_line(bsym)
+        where = chain_message(view.module_chains[view.position_of(index)])
+        return f"{where}: {bsym.sym.name}" if where else bsym.sym.name
+
+    def _annotate(self, trace: TraceCtx, plan: Plan, emitted: list[tuple[int, str]], view: TraceView) -> TraceCtx:
         serial = next_serial()
         prefix = f"nvtx_regions_{serial}"
         groups: dict[Any, Group] = {}
@@ -237,7 +261,7 @@ class NvtxProfileTransform(Transform):
         pops: dict[int, list[BoundSymbol]] = {}
         open_ends: list[int] = []  # ends of the ranges enclosing the current one
         for number, planned in enumerate(plan.ranges):
-            message = planned.label if planned.label is not None else one_line(bsyms[planned.start])
+            message = planned.label if planned.label is not None else self._op_message(view, planned.start, bsyms[planned.start])
             while open_ends and open_ends[-1] < planned.start:
                 open_ends.pop()
             emitted.append((len(open_ends), message))

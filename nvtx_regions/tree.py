@@ -29,6 +29,11 @@ __all__ = [
     "All",
     "RankIn",
     "Steps",
+    "ModuleIn",
+    "ClassIn",
+    "EachModule",
+    "EachClass",
+    "Source",
     "Proxy",
     "First",
     "Last",
@@ -43,7 +48,7 @@ __all__ = [
 # must be quoted.
 KEYWORDS = frozenset(
     {"op", "in", "reads", "between", "forward", "backward", "all", "rank", "steps",
-     "first", "last", "and", "or", "not", "of"}
+     "first", "last", "and", "or", "not", "of", "module", "class", "each", "source"}
 )
 
 
@@ -105,9 +110,9 @@ class Backward:
 
 @dataclass(frozen=True)
 class BackwardOf:
-    """True for a backward bound symbol that reads a tensor that a forward bound
-    symbol selected by `expr` (in the forward trace of the same compilation)
-    read or produced: the saved activations and parameters of those ops."""
+    """True for a backward bound symbol that the attribution rule
+    (`modules.backward_origins`) traces to a forward bound symbol selected by
+    `expr`, in the forward trace of the same compilation."""
 
     expr: Expr
 
@@ -134,6 +139,51 @@ class Steps:
 
 
 @dataclass(frozen=True)
+class ModuleIn:
+    """True for an op attributed to a module whose path, or an ancestor's path,
+    matches one of the globs (``*`` within one dotted component, ``**`` any number)."""
+
+    globs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ClassIn:
+    """True for an op attributed to a module, or a module's ancestor, whose class
+    name (``type(m).__name__``) matches one of the globs."""
+
+    globs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class EachModule:
+    """A rule of its own: one range per call of each module whose path matches,
+    from the first to the last op attributed to that call."""
+
+    globs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class EachClass:
+    """Like `EachModule`, for modules whose class name matches."""
+
+    globs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Source:
+    """True for a forward op recorded at a source line `first`..`last` (both
+    included) of a file whose path ends with `file` (a glob)."""
+
+    file: str
+    first: int
+    last: int
+
+    def text(self) -> str:
+        lines = str(self.first) if self.first == self.last else f"{self.first}..{self.last}"
+        return f"{self.file}:{lines}"
+
+
+@dataclass(frozen=True)
 class Not:
     operand: Expr
 
@@ -148,7 +198,10 @@ class Or:
     operands: tuple[Expr, ...]
 
 
-Expr = Union[Or, And, Not, OpIn, Reads, Between, Forward, Backward, BackwardOf, All, RankIn, Steps]
+Expr = Union[
+    Or, And, Not, OpIn, Reads, Between, Forward, Backward, BackwardOf, All, RankIn, Steps,
+    ModuleIn, ClassIn, EachModule, EachClass, Source,
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -245,6 +298,16 @@ def _expr(expr: Expr) -> str:
         return f"rank in <{', '.join(map(str, expr.ranks))}>"
     if isinstance(expr, Steps):
         return f"steps {expr.first}..{'' if expr.last is None else expr.last}"
+    if isinstance(expr, ModuleIn):
+        return f"module <{', '.join(map(_pattern, expr.globs))}>"
+    if isinstance(expr, ClassIn):
+        return f"class <{', '.join(map(_pattern, expr.globs))}>"
+    if isinstance(expr, EachModule):
+        return f"each module <{', '.join(map(_pattern, expr.globs))}>"
+    if isinstance(expr, EachClass):
+        return f"each class <{', '.join(map(_pattern, expr.globs))}>"
+    if isinstance(expr, Source):
+        return f"source <{_pattern(expr.text())}>"
     raise TypeError(f"not a spec expression: {expr!r}")
 
 

@@ -75,6 +75,8 @@ ALIAS_NODES = {
     "op_in": T.OpIn, "reads": T.Reads, "between": T.Between, "forward": T.Forward, "backward": T.Backward,
     "backward_of": T.BackwardOf, "all": T.All, "rank_in": T.RankIn, "steps": T.Steps, "proxy": T.Proxy,
     "first": T.First, "last": T.Last, "not_expr": T.Not, "or_expr": T.Or, "and_expr": T.And, "label": "label",
+    "module_in": T.ModuleIn, "class_in": T.ClassIn, "each_module": T.EachModule, "each_class": T.EachClass,
+    "source": T.Source,
 }  # fmt: skip
 
 

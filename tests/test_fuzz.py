@@ -25,7 +25,10 @@ _identifier = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,6}", fullmatch=True).filte
 EXPLICIT = {
     **{name: st.just(f" {word} ") for name, word in _KEYWORD_TERMINALS.items()},
     "NAME": _identifier.map(lambda s: f" {s} "),
-    "GLOB": st.sampled_from(["linear", "nvFusion*", "TorchCompile?", "torch.ops.aten.add", "[ab]*"]).map(
+    "GLOB": st.sampled_from(
+        ["linear", "nvFusion*", "TorchCompile?", "torch.ops.aten.add", "[ab]*", "transformer.h.*", "**.attn",
+         "nanogpt_model.py:52", "model.py:3..9"]
+    ).map(
         lambda s: f" {s} "
     ),
     "INT": st.integers(0, 99).map(lambda n: f" {n} "),
@@ -72,6 +75,11 @@ _leaves = st.one_of(
     st.tuples(st.integers(0, 99), st.integers(0, 99) | st.none()).map(
         lambda t: T.Steps(t[0], None if t[1] is None else t[0] + t[1])
     ),
+    _globs.map(T.ModuleIn),
+    _globs.map(T.ClassIn),
+    _globs.map(T.EachModule),
+    _globs.map(T.EachClass),
+    st.tuples(_text, st.integers(1, 999), st.integers(0, 99)).map(lambda t: T.Source(t[0], t[1], t[1] + t[2])),
 )
 
 

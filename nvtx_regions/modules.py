@@ -1,0 +1,298 @@
+"""Which module call each op of a trace belongs to: module paths, module globs,
+and the attribution rules for forward and backward traces.
+
+Promises:
+- Forward: an op belongs to the innermost module whose ``forward`` was running
+  when thunder recorded it (recorded by `thunder_internals`); a fusion belongs
+  to the deepest module call that contains all its parts.
+- Backward: every op gets a set of *forward origins* (positions of forward
+  ops), by this data-flow rule, and belongs to the deepest module call that
+  contains all its origins:
+  1. an op that produces a gradient the backward returns for a forward
+     argument (a parameter) has as origins the forward ops that read that
+     argument; so a parameter's gradient belongs to the parameter's module;
+  2. otherwise, an op that reads tensors saved from the forward has as origins
+     the forward ops that read those tensors (or, for a tensor no forward op
+     reads, the op that produced it);
+  3. otherwise (pure gradient arithmetic: reshapes, sums of cotangents), it
+     has two candidates: the nearest op with origins by rules 1-2 that it
+     depends on, and the nearest one that depends on it (nearest in
+     data-flow steps; among equals, the latest producer or the earliest
+     consumer). It takes the origins of the candidate whose module's
+     rule-1-2 ops span its trace position (the deeper module if both do);
+     if neither does, of the nearer candidate. Ties go to the producer side.
+     So a module call's backward range is never cut by the gradient
+     arithmetic of its neighbours.
+- Module paths are those of the jitted model's ``named_modules()``; the root
+  module's path is ``""``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+
+if TYPE_CHECKING:
+    from .traceview import TraceView
+
+__all__ = [
+    "ModuleCall",
+    "Chain",
+    "common_chain",
+    "path_matcher",
+    "class_matcher",
+    "ancestors",
+    "forward_chains",
+    "backward_origins",
+    "chain_message",
+]
+
+
+@dataclass(frozen=True)
+class ModuleCall:
+    """One call of a module's ``forward``: its path, class name and a process-wide call number."""
+
+    path: str
+    cls: str
+    call: int
+
+    @property
+    def name(self) -> str:
+        """The range message of this call: its path, or its class name for the root module."""
+        return self.path or self.cls
+
+
+# The module calls running when an op was recorded, outermost (the root) first.
+Chain = tuple[ModuleCall, ...]
+
+
+def common_chain(chains: Iterable[Chain | None]) -> Chain | None:
+    """The deepest module call that contains all `chains`, as a chain; None if none is given.
+
+    Two calls of the same module (shared weights) count as one, the earlier
+    call standing for both: the gradient they share is summed after the
+    earlier call's backward.
+    """
+    result: list[ModuleCall] | None = None
+    for chain in chains:
+        if chain is None:
+            continue
+        if result is None:
+            result = list(chain)
+            continue
+        depth = 0
+        for mine, theirs in zip(result, chain):
+            if mine.path != theirs.path:
+                break
+            if theirs.call < mine.call:
+                result[depth] = theirs
+            depth += 1
+        del result[depth:]
+    return None if result is None else tuple(result)
+
+
+def _split(path: str) -> tuple[str, ...]:
+    return tuple(path.split(".")) if path else ()
+
+
+def _component_matcher(glob: str) -> Callable[[tuple[str, ...]], bool]:
+    parts = glob.split(".")
+    compiled = [None if part == "**" else re.compile(fnmatch.translate(part)) for part in parts]
+
+    @functools.lru_cache(maxsize=None)
+    def match(i: int, path: tuple[str, ...], j: int) -> bool:
+        if i == len(compiled):
+            return j == len(path)
+        pattern = compiled[i]
+        if pattern is None:  # `**`: any number of components, none included
+            return any(match(i + 1, path, k) for k in range(j, len(path) + 1))
+        return j < len(path) and pattern.match(path[j]) is not None and match(i + 1, path, j + 1)
+
+    return lambda path: match(0, path, 0)
+
+
+@functools.lru_cache(maxsize=4096)
+def path_matcher(globs: tuple[str, ...]) -> Callable[[str], bool]:
+    """A test for one module path (not the root's): ``*`` stays within a dotted
+    component, ``**`` spans any number of them, as in ``PurePath.full_match``."""
+    matchers = [_component_matcher(g) for g in globs]
+
+    @functools.lru_cache(maxsize=None)
+    def matches(path: str) -> bool:
+        parts = _split(path)
+        return bool(parts) and any(m(parts) for m in matchers)
+
+    return matches
+
+
+@functools.lru_cache(maxsize=4096)
+def class_matcher(globs: tuple[str, ...]) -> Callable[[str], bool]:
+    """A test for a class name: `fnmatch.fnmatchcase` against any of the globs."""
+    pattern = re.compile("|".join(f"(?:{fnmatch.translate(g)})" for g in globs))
+    return lambda name: pattern.match(name) is not None
+
+
+def ancestors(chain: Chain, classes: dict[str, str]) -> list[tuple[str, str]]:
+    """(path, class name) of the op's module and of everything above it: every
+    prefix of its path (so a ``ModuleList``, whose ``forward`` never runs,
+    covers its children) and every call on its chain."""
+    found: dict[str, str] = {call.path: call.cls for call in chain}
+    if chain:
+        parts = _split(chain[-1].path)
+        for n in range(1, len(parts)):
+            prefix = ".".join(parts[:n])
+            if prefix not in found and prefix in classes:
+                found[prefix] = classes[prefix]
+    return list(found.items())
+
+
+def chain_message(chain: Chain | None) -> str | None:
+    """The innermost module's name, for short per-op messages."""
+    return chain[-1].name if chain else None
+
+
+# -- attribution ---------------------------------------------------------------
+
+
+def _fill(
+    view: TraceView, origins: list[int | None], chain_of: Callable[[int], Chain | None]
+) -> list[int | None]:
+    """Rule 3: give ops without origins those of their producers or consumers (see module doc)."""
+    ops = view.ops
+    producer: dict[str, int] = {}
+    consumers: dict[str, list[int]] = {}
+    for position, op in enumerate(ops):
+        for name in op.reads:
+            consumers.setdefault(name, []).append(position)
+        for name in op.writes:
+            producer.setdefault(name, position)
+    # Nearest evidence (an op with origins by rule 1 or 2) through producers
+    # and through consumers, in data-flow steps: (steps, origins).
+    up: list[tuple[int, int] | None] = [None] * len(ops)
+    for position, op in enumerate(ops):
+        if origins[position] is not None:
+            continue
+        candidates = []
+        for name in op.reads:
+            q = producer.get(name)
+            if q is None or q >= position:
+                continue
+            if origins[q] is not None:
+                candidates.append((1, -q, origins[q]))
+            elif up[q] is not None:
+                candidates.append((up[q][0] + 1, -q, up[q][1]))
+        if candidates:
+            steps, _, mask = min(candidates)
+            up[position] = (steps, mask)
+    down: list[tuple[int, int] | None] = [None] * len(ops)
+    for position in range(len(ops) - 1, -1, -1):
+        if origins[position] is not None:
+            continue
+        candidates = []
+        for name in ops[position].writes:
+            for r in consumers.get(name, ()):
+                if r <= position:
+                    continue
+                if origins[r] is not None:
+                    candidates.append((1, r, origins[r]))
+                elif down[r] is not None:
+                    candidates.append((down[r][0] + 1, r, down[r][1]))
+        if candidates:
+            steps, _, mask = min(candidates)
+            down[position] = (steps, mask)
+    # Where each module call's evidence lies: call numbers of a chain -> (first, last) position.
+    chains: dict[int, Chain | None] = {}
+
+    def chain(mask: int) -> Chain | None:
+        if mask not in chains:
+            chains[mask] = _chain_of_mask(mask, chain_of)
+        return chains[mask]
+
+    spans: dict[tuple[int, ...], list[int]] = {}
+    for position, mask in enumerate(origins):
+        if mask is not None:
+            calls = tuple(call.call for call in chain(mask) or ())
+            for depth in range(1, len(calls) + 1):
+                span = spans.setdefault(calls[:depth], [position, position])
+                span[1] = position
+
+    def inside(position: int, mask: int) -> int:
+        """How deep a chain `position` lies within the evidence of (0: not within it)."""
+        calls = tuple(call.call for call in chain(mask) or ())
+        span = spans.get(calls)
+        return len(calls) if span is not None and span[0] <= position <= span[1] else 0
+
+    final = list(origins)
+    for position in range(len(ops)):
+        if final[position] is not None:
+            continue
+        sides = [side for side in (up[position], down[position]) if side is not None]
+        if not sides:
+            continue
+        # Within a candidate module's evidence, the deepest such module; else the
+        # nearer in steps. Ties go to the producers' side.
+        best = max(sides, key=lambda side: inside(position, side[1]))
+        if not inside(position, best[1]):
+            best = min(sides, key=lambda side: side[0])
+        final[position] = best[1]
+    return final
+
+
+def _chain_of_mask(mask: int, chain_of: Callable[[int], Chain | None]) -> Chain | None:
+    from .traceview import bit_positions
+
+    return common_chain(chain_of(p) for p in bit_positions(mask))
+
+
+def forward_chains(view: TraceView, recorded: Sequence[Chain | None]) -> list[Chain | None]:
+    """The module call of each op of a forward trace, from what was `recorded`
+    per op; ops with no record take their neighbours' by rule 3."""
+    if all(chain is not None for chain in recorded) or not any(chain is not None for chain in recorded):
+        return list(recorded)
+    origins = [None if chain is None else 1 << p for p, chain in enumerate(recorded)]
+    filled = _fill(view, origins, lambda p: recorded[p])
+    return [
+        recorded[p] if recorded[p] is not None else (None if mask is None else _chain_of_mask(mask, lambda q: recorded[q]))
+        for p, mask in enumerate(filled)
+    ]
+
+
+def backward_origins(view: TraceView, forward: TraceView, returned: Sequence[str | None]) -> list[int | None]:
+    """Per op of a backward trace: its forward origins (a bitset of forward
+    positions), by rules 1-3. `returned` are the names the backward returns,
+    aligned with `forward.arg_order`."""
+    readers = forward.by_read
+    producers: dict[str, int] = {}
+    for position, op in enumerate(forward.ops):
+        for name in op.writes:
+            producers.setdefault(name, position)
+
+    def saved(name: str) -> int:
+        if name in readers:
+            return readers[name]
+        position = producers.get(name)
+        return 0 if position is None else 1 << position
+
+    gradient_of: dict[str, int] = {}
+    for argument, gradient in zip(forward.arg_order, returned):
+        if gradient is not None and argument is not None and argument in readers:
+            gradient_of[gradient] = gradient_of.get(gradient, 0) | readers[argument]
+
+    # Names the backward computes itself are not saved tensors, even if a
+    # forward name were reused.
+    computed = {name for op in view.ops for name in op.writes}
+    origins: list[int | None] = []
+    for op in view.ops:
+        mask = 0
+        for name in op.writes:
+            mask |= gradient_of.get(name, 0)
+        if not mask:
+            for name in op.reads:
+                if name not in computed:
+                    mask |= saved(name)
+        origins.append(mask or None)
+    chains = forward.module_chains
+    return _fill(view, origins, lambda p: chains[p])

@@ -1,0 +1,235 @@
+"""Every reach into thunder's (and torch.fx's) internals, in one place.
+
+Each entry names the version it was checked on and what breaks without it.
+Everything else in nvtx_regions uses thunder's public `Transform` hooks and
+trace objects.
+
+Module attribution needs to know which module's ``forward`` was running when
+thunder recorded each op. Thunder keeps no such record, but while it
+interprets the model it calls ``TraceCtx.set_current_source_location`` once
+per recorded torch op, and every bound symbol it then creates copies the
+current filename into ``bsym.source_filename``. Later passes (decompositions,
+the grad transform's forward part, executors, fusions) copy that attribute
+along, so the final forward trace still holds it. `install_module_recorder`
+wraps that method so that the filename it stores is an `AttributedFilename`:
+a ``str``, equal to the real filename, that also carries the module calls on
+the interpreter's frame stack at that moment.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import threading
+import types
+import weakref
+from typing import Any
+
+from .modules import Chain, ModuleCall
+
+__all__ = ["AttributedFilename", "install_module_recorder", "recorded_chain", "recorded_classes"]
+
+
+class AttributedFilename(str):
+    """A source filename that remembers the module calls running when the op was recorded."""
+
+    calls: Chain
+    classes: dict[str, str]  # path -> class name, for every module of the root
+
+    def __reduce__(self):  # pickles (thunder's reproducers) as the plain filename
+        return (str, (str(self),))
+
+
+_installed = False
+_lock = threading.Lock()
+_call_numbers = itertools.count(1)
+# Per root module: id(module) -> path, and path -> class name.
+_paths: "weakref.WeakKeyDictionary[Any, tuple[dict[int, str], dict[str, str]]]" = weakref.WeakKeyDictionary()
+
+
+def install_module_recorder() -> None:
+    """Wrap ``TraceCtx.set_current_source_location`` once per process.
+
+    Checked on thunder 0.2.6 (``thunder/core/trace.py``: the method;
+    ``thunder/core/jit_ext.py`` ``record_source_loc_in_symbol_header``: its
+    one caller per torch op; ``thunder/core/symbol.py`` ``Symbol.bind``: the
+    copy into ``BoundSymbol.source_filename``). Without it, no op has a module
+    and `module`/`class`/`each` rules warn that attribution is missing.
+    """
+    global _installed
+    with _lock:
+        if _installed:
+            return
+        from thunder.core.trace import TraceCtx
+
+        original = TraceCtx.set_current_source_location
+
+        def set_current_source_location(self, filename, positions):
+            if filename is not None:
+                try:
+                    filename = _attributed(filename)
+                except Exception:  # never break thunder's tracing over a profiling annotation
+                    pass
+            return original(self, filename, positions)
+
+        set_current_source_location.__wrapped__ = original  # type: ignore[attr-defined]
+        TraceCtx.set_current_source_location = set_current_source_location
+        _installed = True
+
+
+def _attributed(filename: str) -> str:
+    calls = _module_calls()
+    if calls is None:
+        return filename
+    chain, classes = calls
+    tagged = AttributedFilename(filename)
+    tagged.calls = chain
+    tagged.classes = classes
+    return tagged
+
+
+def _module_calls() -> tuple[Chain, dict[str, str]] | None:
+    """The module calls on thunder's interpreter frame stack, outermost first.
+
+    thunder 0.2.6: ``thunder.core.interpreter.get_interpreterruntimectx()``
+    gives the runtime context; its ``frame_stack`` holds ``InterpreterFrame``s
+    whose ``localsplus[0]`` is a method's ``self`` (wrapped in a
+    ``WrappedValue`` whose ``.value`` is the object, or a cell holding it when
+    a closure captures ``self``), and ``code`` its code.
+    A frame of a function named ``forward`` whose ``self`` is an
+    ``nn.Module`` is a running module call. The frame object lives as long as
+    the call, so a number stored on it identifies the call.
+    Under ThunderFX the running module is the FX ``GraphModule``; the user's
+    modules then come from the FX node being run (`_fx_node_calls`).
+    """
+    from thunder.core.interpreter import get_interpreterruntimectx
+
+    import torch
+
+    frames = get_interpreterruntimectx().frame_stack
+    modules: list[tuple[Any, Any]] = []
+    for frame in frames:
+        if frame.code.co_name != "forward" or not frame.localsplus:
+            continue
+        this = _unwrap(frame.localsplus[0])
+        if isinstance(this, torch.nn.Module) and not (modules and modules[-1][0] is this):
+            modules.append((this, frame))
+    if not modules:
+        return None
+    fx = sys.modules.get("torch.fx")
+    if fx is not None and isinstance(modules[-1][0], fx.GraphModule):
+        return _fx_node_calls(modules[-1][0], modules[-1][1])
+    root = modules[0][0]
+    paths, classes = _paths_of(root)
+    chain = []
+    for module, frame in modules:
+        path = paths.get(id(module))
+        if path is None:  # created after the root was indexed, or not a submodule of it
+            paths, classes = _paths_of(root, refresh=True)
+            path = paths.get(id(module), f"{chain[-1].path + '.' if chain and chain[-1].path else ''}<{type(module).__name__}>")
+        chain.append(ModuleCall(path, type(module).__name__, _call_number(frame)))
+    return tuple(chain), classes
+
+
+def _unwrap(value: Any) -> Any:
+    # A `self` that a closure (or `super()`) captures lives in a cell; thunder
+    # wraps both the cell and its contents in WrappedValue.
+    value = getattr(value, "value", value)
+    if isinstance(value, types.CellType):
+        try:
+            value = value.cell_contents
+        except ValueError:  # empty cell
+            return None
+        value = getattr(value, "value", value)
+    return value
+
+
+def _call_number(frame: Any) -> int:
+    number = frame.__dict__.get("_nvtx_regions_call")
+    if number is None:
+        number = frame.__dict__["_nvtx_regions_call"] = next(_call_numbers)
+    return number
+
+
+def _paths_of(root: Any, refresh: bool = False) -> tuple[dict[int, str], dict[str, str]]:
+    if refresh or root not in _paths:
+        named = list(root.named_modules())
+        _paths[root] = ({id(m): p for p, m in named}, {p: type(m).__name__ for p, m in named})
+    return _paths[root]
+
+
+def _fx_node_calls(graph_module: Any, frame: Any) -> tuple[Chain, dict[str, str]] | None:
+    """Module calls of the FX node whose generated line is running, from ``meta["nn_module_stack"]``.
+
+    torch 2.8-2.11: ``GraphModule._lineno_map`` maps a line of the generated
+    ``forward`` to the index of its node in ``graph.nodes`` (set by
+    ``recompile()``), and dynamo stores ``nn_module_stack`` as an ordered dict
+    of ``key -> (path, class)``, outermost first, where path is written like
+    ``L['self'].transformer.h[0]`` or ``transformer.h.0``. thunder's
+    ThunderFX splitter (0.2.6) copies node meta into the subgraphs it jits.
+    """
+    positions = getattr(frame, "positions", None)
+    lineno_map = getattr(graph_module, "_lineno_map", None)
+    if positions is None or not lineno_map:
+        return None
+    start = graph_module.__dict__.get("_nvtx_regions_first_line")
+    if start is None:
+        code = type(graph_module).forward.__code__ if hasattr(type(graph_module), "forward") else None
+        start = code.co_firstlineno if code is not None else 1
+    index = lineno_map.get(positions.lineno - start + 1) if lineno_map else None
+    if index is None:
+        index = lineno_map.get(positions.lineno)
+    if index is None:
+        return None
+    nodes = graph_module.__dict__.setdefault("_nvtx_regions_nodes", list(graph_module.graph.nodes))
+    if index >= len(nodes):
+        return None
+    stack = nodes[index].meta.get("nn_module_stack") or {}
+    classes = graph_module.__dict__.setdefault("_nvtx_regions_classes", {})
+    chain = [ModuleCall("", "", 0)]
+    for key, value in stack.items():
+        path, cls = value if isinstance(value, tuple) else (value, None)
+        path = _fx_path(str(path))
+        name = getattr(cls, "__name__", None) or str(cls).rsplit(".", 1)[-1].strip("'>")
+        classes[path] = name
+        # FX keeps no call identity; one call number per (graph module, key) is the best there is.
+        chain.append(ModuleCall(path, name, hash((id(graph_module), key)) & 0x7FFFFFFF))
+    return tuple(chain), classes
+
+
+def _fx_path(path: str) -> str:
+    """``L['self'].transformer.h[0].attn`` or ``L__self___transformer_h_0`` -> ``transformer.h.0.attn``."""
+    import re
+
+    path = re.sub(r"^L\['self'\]\.?", "", path)
+    path = re.sub(r"^L\['[A-Za-z_0-9]+'\]\.?", "", path)
+    path = re.sub(r"\[(\d+)\]", r".\1", path)
+    path = re.sub(r"\['([^']*)'\]", r".\1", path)
+    path = re.sub(r"_modules\.|\._modules", "", path)
+    return path.strip(".")
+
+
+def recorded_chain(bsym: Any) -> Chain | None:
+    """The module calls recorded for a bound symbol, or, for a fusion or an op
+    recorded without one, the deepest call that contains all its parts'."""
+    from .modules import common_chain
+
+    filename = getattr(bsym, "source_filename", None)
+    if isinstance(filename, AttributedFilename) and not getattr(bsym.sym, "is_fusion", False):
+        return filename.calls
+    parts = [recorded_chain(sub) for sub in getattr(bsym, "subsymbols", ())]
+    if isinstance(filename, AttributedFilename):
+        parts.append(filename.calls)
+    return common_chain(parts)
+
+
+def recorded_classes(bsym: Any) -> dict[str, str] | None:
+    """The path -> class table recorded with a bound symbol (or one of its parts)."""
+    filename = getattr(bsym, "source_filename", None)
+    if isinstance(filename, AttributedFilename):
+        return filename.classes
+    for sub in getattr(bsym, "subsymbols", ()):
+        found = recorded_classes(sub)
+        if found is not None:
+            return found
+    return None
