@@ -127,6 +127,12 @@ class EachSelector:
     matches: Callable[[str], bool]
     phase: Phase | None
     never: bool = False
+    # `and module <...>` / `and class <...>`: only calls at or inside a matching module.
+    within: tuple[tuple[str, Callable[[str], bool]], ...] = ()
+
+    def _inside(self, chain: tuple[ModuleCall, ...], depth: int, classes: dict[str, str]) -> bool:
+        found = ancestors(chain[: depth + 1], classes)
+        return all(any(test(path if by == "module" else cls) for path, cls in found) for by, test in self.within)
 
     def spans(self, view: TraceView) -> list[CallSpan]:
         """Each matching call with ops in `view`, in order of its first op (outer first)."""
@@ -138,7 +144,7 @@ class EachSelector:
                 continue
             for depth, call in enumerate(chain):
                 name = call.path if self.by == "module" else call.cls
-                if self.matches(name):
+                if self.matches(name) and (not self.within or self._inside(chain, depth, view.module_classes)):
                     entry = found.setdefault(call, [depth, position, position, 0])
                     entry[2] = position
                     entry[3] |= 1 << position
@@ -387,8 +393,8 @@ class _Compiler:
 
 _EACH_ALONE = (
     "{each!r} is a rule of its own (one range per module call): join it only with 'and forward', "
-    "'and backward' or run-time gates, at the top of the rule; to select the ops inside modules "
-    "write 'module <...>' or 'class <...>' instead"
+    "'and backward', 'and module <...>', 'and class <...>' or run-time gates, at the top of the rule; "
+    "to select the ops inside modules write 'module <...>' or 'class <...>' instead"
 )
 
 
@@ -399,8 +405,8 @@ def _each(operands: list[Expr]) -> tuple[EachModule | EachClass, Phase | None, b
         return None
     phases = [e for e in operands if isinstance(e, (Forward, Backward))]
     kinds = {"forward" if isinstance(p, Forward) else "backward" for p in phases}
-    if len(eaches) > 1 or len(eaches) + len(phases) != len(operands):
-        return eaches[0], None, False  # reported by the caller
+    if len(eaches) > 1:
+        return eaches[1], None, False  # reported by the caller
     if len(kinds) > 1:
         return eaches[0], None, True
     return eaches[0], (kinds.pop() if kinds else None), False
@@ -435,12 +441,17 @@ def compile_spec(spec: Spec) -> CompiledSpec:
         region = _region(rest)
         if each is not None:
             found, phase, never = each
-            others = [e for e in rest if not isinstance(e, (Forward, Backward)) and e is not found]
+            within = [e for e in rest if isinstance(e, (ModuleIn, ClassIn))]
+            others = [e for e in rest if not isinstance(e, (Forward, Backward, ModuleIn, ClassIn)) and e is not found]
             if others:
                 raise compiler.error(_EACH_ALONE.format(each=render(found)))
             by = "module" if isinstance(found, EachModule) else "class"
             matches = path_matcher(found.globs) if by == "module" else class_matcher(found.globs)
-            selector_each = EachSelector(by, matches, phase, never)
+            tests = tuple(
+                ("module", path_matcher(e.globs)) if isinstance(e, ModuleIn) else ("class", class_matcher(e.globs))
+                for e in within
+            )
+            selector_each = EachSelector(by, matches, phase, never, tests)
             compiled = CompiledRule(rule, number, None, None, compiler.gate(gates), spec.filename, selector_each)
         elif region is not None:
             between, phase, never = region

@@ -15,14 +15,16 @@ Promises:
      the forward ops that read those tensors (or, for a tensor no forward op
      reads, the op that produced it);
   3. otherwise (pure gradient arithmetic: reshapes, sums of cotangents), it
-     has two candidates: the nearest op with origins by rules 1-2 that it
-     depends on, and the nearest one that depends on it (nearest in
-     data-flow steps; among equals, the latest producer or the earliest
-     consumer). It takes the origins of the candidate whose module's
-     rule-1-2 ops span its trace position (the deeper module if both do);
-     if neither does, of the nearer candidate. Ties go to the producer side.
-     So a module call's backward range is never cut by the gradient
-     arithmetic of its neighbours.
+     lies between two ops with origins by rules 1-2 (the previous and the
+     next in the trace) and joins the module call of one of them. Between
+     two ops of the same call, that call. Between two calls, the ops of the
+     gap are split at one point, the earlier ones joining the earlier call:
+     the point where most ops join the call that the data flow prefers for
+     them (the nearer, in data-flow steps, of the nearest op with origins it
+     depends on and the nearest one that depends on it; producers win ties).
+     An op takes the origins of its data-flow preference when that is in
+     the call it joins, else those of the neighbour it joins. So gradient
+     arithmetic never cuts a module call's backward range in two.
 - Module paths are those of the jitted model's ``named_modules()``; the root
   module's path is ``""``.
 """
@@ -203,41 +205,52 @@ def _fill(
         if candidates:
             steps, _, mask = min(candidates)
             down[position] = (steps, mask)
-    # Where each module call's evidence lies: call numbers of a chain -> (first, last) position.
-    chains: dict[int, Chain | None] = {}
+    chains: dict[int, tuple[int, ...] | None] = {}
 
-    def chain(mask: int) -> Chain | None:
+    def calls(mask: int | None) -> tuple[int, ...] | None:
+        """The call numbers of the deepest module call containing `mask`'s ops (a hashable chain)."""
+        if mask is None:
+            return None
         if mask not in chains:
-            chains[mask] = _chain_of_mask(mask, chain_of)
+            found = _chain_of_mask(mask, chain_of)
+            chains[mask] = None if found is None else tuple(call.call for call in found)
         return chains[mask]
 
-    spans: dict[tuple[int, ...], list[int]] = {}
-    for position, mask in enumerate(origins):
-        if mask is not None:
-            calls = tuple(call.call for call in chain(mask) or ())
-            for depth in range(1, len(calls) + 1):
-                span = spans.setdefault(calls[:depth], [position, position])
-                span[1] = position
-
-    def inside(position: int, mask: int) -> int:
-        """How deep a chain `position` lies within the evidence of (0: not within it)."""
-        calls = tuple(call.call for call in chain(mask) or ())
-        span = spans.get(calls)
-        return len(calls) if span is not None and span[0] <= position <= span[1] else 0
-
-    final = list(origins)
+    # What the data flow prefers: the nearer side in steps (a tie goes to the producers).
+    preferred: list[int | None] = [None] * len(ops)
     for position in range(len(ops)):
-        if final[position] is not None:
-            continue
         sides = [side for side in (up[position], down[position]) if side is not None]
-        if not sides:
+        if origins[position] is None and sides:
+            preferred[position] = min(sides, key=lambda side: side[0])[1]
+
+    # Between two ops with evidence, the ops without go to the module of one or
+    # the other, split at one point (so no module call's range is cut), chosen
+    # to agree with as many data-flow preferences as possible.
+    final = list(origins)
+    evidence = [p for p, mask in enumerate(origins) if mask is not None]
+    if not evidence:
+        return preferred
+    bounds = [(None, evidence[0])] + list(zip(evidence, evidence[1:])) + [(evidence[-1], None)]
+    for before, after in bounds:
+        start = 0 if before is None else before + 1
+        stop = len(ops) if after is None else after
+        if start >= stop:
             continue
-        # Within a candidate module's evidence, the deepest such module; else the
-        # nearer in steps. Ties go to the producers' side.
-        best = max(sides, key=lambda side: inside(position, side[1]))
-        if not inside(position, best[1]):
-            best = min(sides, key=lambda side: side[0])
-        final[position] = best[1]
+        sides = [origins[q] for q in (before, after) if q is not None]
+        if len(sides) == 1 or calls(sides[0]) == calls(sides[1]):
+            split = stop if before is not None else start
+        else:
+            a, b = calls(sides[0]), calls(sides[1])
+            votes = [calls(preferred[p]) for p in range(start, stop)]
+            best, split = -1, start
+            for cut in range(start, stop + 1):
+                agree = sum(v == a for v in votes[: cut - start]) + sum(v == b for v in votes[cut - start :])
+                if agree >= best:
+                    best, split = agree, cut
+        for position in range(start, stop):
+            side = origins[before] if position < split and before is not None else origins[after] if after is not None else origins[before]
+            mine = preferred[position]
+            final[position] = mine if mine is not None and calls(mine) == calls(side) else side
     return final
 
 

@@ -123,9 +123,25 @@ class Reference:
         if isinstance(expr, T.BackwardOf):
             if self.phase != "backward" or self.forward is None:
                 return False
-            fw = self.forward
-            saved = {n for j in fw.where(expr.expr) for n in fw.writes(fw.ops[j]) + fw.reads(fw.ops[j])}
-            return any(n in saved for n in self.reads(op))
+            return bool(self.origins()[i] & set(self.forward.where(expr.expr)))
+        if isinstance(expr, (T.ModuleIn, T.ClassIn)):
+            chain = self.chains()[i]
+            if not chain:
+                return False
+            names = {c.path: c.cls for c in chain}
+            parts = chain[-1].path.split(".") if chain[-1].path else []
+            for n in range(1, len(parts)):
+                names.setdefault(".".join(parts[:n]), self.classes().get(".".join(parts[:n])))
+            if isinstance(expr, T.ModuleIn):
+                return any(path and _path_glob(path, g) for path in names for g in expr.globs)
+            return any(cls and fnmatch.fnmatchcase(cls, g) for cls in names.values() for g in expr.globs)
+        if isinstance(expr, T.Source):
+            for filename, line in _lines(op):
+                if expr.first <= line <= expr.last and (
+                    fnmatch.fnmatchcase(filename, expr.file) or fnmatch.fnmatchcase(filename, "*/" + expr.file)
+                ):
+                    return True
+            return False
         if isinstance(expr, T.Not):
             return not self.holds(expr.operand, i)
         if isinstance(expr, T.And):
@@ -134,11 +150,127 @@ class Reference:
             return any(self.holds(e, i) for e in expr.operands)
         raise TypeError(expr)
 
+    # -- modules, from the documented rules (nvtx_regions.modules), by linear scans --
+
+    def classes(self) -> dict:
+        view = self if self.phase == "forward" or self.forward is None else self.forward
+        for op in view.ops:
+            for b in [op, *op.subsymbols]:
+                if hasattr(b.source_filename, "classes"):
+                    return b.source_filename.classes
+        return {}
+
+    def chains(self) -> list:
+        if self.phase == "forward":
+            return [_recorded(op) for op in self.ops]
+        fw = self.forward.chains() if self.forward is not None else []
+        return [_common(fw[j] for j in sorted(o)) if o else None for o in self.origins()]
+
+    def origins(self) -> list:
+        """Per backward op, the set of forward op positions it is traced to."""
+        fw = self.forward
+        if self.phase != "backward" or fw is None:
+            return [set() for _ in self.ops]
+        readers = lambda name: {j for j, f in enumerate(fw.ops) if name in fw.reads(f)}
+        ret = self.trace.bound_symbols[-1]
+        grads = list(ret.args[0]) if ret.sym.name == "python_return" and isinstance(ret.args[0], (tuple, list)) else []
+        grad_of = {}
+        for arg, g in zip(fw.trace.args, grads):
+            if isinstance(arg, Proxy) and isinstance(g, Proxy):
+                grad_of.setdefault(g.name, set()).update(readers(arg.name))
+        computed = {n for op in self.ops for n in self.writes(op)}
+        evidence = []
+        for op in self.ops:
+            found = set().union(*(grad_of.get(n, set()) for n in self.writes(op)))
+            if not found:
+                for n in self.reads(op):
+                    if n in computed:
+                        continue
+                    r = readers(n)
+                    if not r:
+                        r = {j for j, f in enumerate(fw.ops) if n in fw.writes(f)}
+                        r = {min(r)} if r else set()
+                    found |= r
+            evidence.append(found)
+        fwc = fw.chains()
+        key = lambda o: None if not o else tuple(c.call for c in (_common(fwc[j] for j in sorted(o)) or ()))
+        n = len(self.ops)
+
+        def producers(p):
+            return [q for q in range(p) if set(self.writes(self.ops[q])) & set(self.reads(self.ops[p]))]
+
+        def consumers(p):
+            return [q for q in range(p + 1, n) if set(self.reads(self.ops[q])) & set(self.writes(self.ops[p]))]
+
+        up, down = [None] * n, [None] * n  # (steps, origins)
+        for p in range(n):
+            if not evidence[p]:
+                c = [(1, -q, evidence[q]) if evidence[q] else (up[q][0] + 1, -q, up[q][1]) for q in producers(p) if evidence[q] or up[q]]
+                up[p] = min(c, key=lambda t: t[:2])[::2] if c else None
+        for p in reversed(range(n)):
+            if not evidence[p]:
+                c = [(1, q, evidence[q]) if evidence[q] else (down[q][0] + 1, q, down[q][1]) for q in consumers(p) if evidence[q] or down[q]]
+                down[p] = min(c, key=lambda t: t[:2])[::2] if c else None
+        preferred = []
+        for p in range(n):
+            sides = [s for s in (up[p], down[p]) if s]
+            preferred.append(min(sides, key=lambda s: s[0])[1] if sides and not evidence[p] else None)
+        result = [set(e) for e in evidence]
+        marks = [p for p in range(n) if evidence[p]]
+        if not marks:
+            return [set(x or ()) for x in preferred]
+        for before, after in [(None, marks[0])] + list(zip(marks, marks[1:])) + [(marks[-1], None)]:
+            gap = list(range(0 if before is None else before + 1, n if after is None else after))
+            if not gap:
+                continue
+            if before is None or after is None or key(evidence[before]) == key(evidence[after]):
+                split = len(gap) if before is not None else 0
+            else:
+                a, b = key(evidence[before]), key(evidence[after])
+                score = lambda cut: sum(key(preferred[p]) == a for p in gap[:cut]) + sum(key(preferred[p]) == b for p in gap[cut:])
+                split = max(range(len(gap) + 1), key=lambda cut: (score(cut), cut))
+            for k, p in enumerate(gap):
+                side = evidence[before] if (k < split and before is not None) or after is None else evidence[after]
+                mine = preferred[p]
+                result[p] = set(mine) if mine and key(mine) == key(side) else set(side)
+        return result
+
+    def calls(self, by: str, globs, within=()) -> list:
+        """(message, first, last) per matching module call, for an `each` rule."""
+        found = {}
+        for i, chain in enumerate(self.chains()):
+            for depth, call in enumerate(chain or ()):
+                name = call.path if by == "module" else call.cls
+                ok = (_path_glob(name, g) if by == "module" else fnmatch.fnmatchcase(name, g) for g in globs)
+                if any(ok) and all(self._inside(chain[: depth + 1], w) for w in within):
+                    first, _, d = found.get(call, (i, i, depth))
+                    found[call] = (first, i, d)
+        suffix = " (backward)" if self.phase == "backward" else ""
+        rows = sorted(found.items(), key=lambda kv: (kv[1][0], -kv[1][1], kv[1][2]))
+        return [((call.path or call.cls) + suffix, first, last) for call, (first, last, _) in rows]
+
+    def _inside(self, chain, expr) -> bool:
+        saved = self.chains
+        try:
+            self.chains = lambda: [chain]
+            return self.holds(expr, 0) if self.ops else False
+        finally:
+            self.chains = saved
+
     def expected(self, spec: T.Spec) -> Expected:
         op_ranges, regions = {}, []
         for rule in spec.rules:
             conj = list(rule.expr.operands) if isinstance(rule.expr, T.And) else [rule.expr]
             rest = [e for e in conj if not isinstance(e, (T.RankIn, T.Steps))]
+            eaches = [e for e in rest if isinstance(e, (T.EachModule, T.EachClass))]
+            if eaches:
+                phases = [e for e in rest if isinstance(e, (T.Forward, T.Backward))]
+                within = [e for e in rest if isinstance(e, (T.ModuleIn, T.ClassIn))]
+                if all(self.holds(p, 0) for p in phases) if self.ops else False:
+                    by = "module" if isinstance(eaches[0], T.EachModule) else "class"
+                    for message, first, last in self.calls(by, eaches[0].globs, within):
+                        regions.append(((first, last), message))
+                continue
             betweens = [e for e in rest if isinstance(e, T.Between)]
             phases = [e for e in rest if isinstance(e, (T.Forward, T.Backward))]
             if len(betweens) == 1 and len(betweens) + len(phases) == len(rest):
@@ -162,6 +294,51 @@ class Reference:
             [(self.ops[i], self.ops[i], one_line(self.ops[i])) for i in sorted(op_ranges)],
             [(self.ops[s], self.ops[e], label) for (s, e), label in regions],
         )
+
+
+def _path_glob(path: str, glob: str) -> bool:
+    """Module glob: `*` within one dotted component, `**` any number of them."""
+    def match(parts, pats):
+        if not pats:
+            return not parts
+        if pats[0] == "**":
+            return any(match(parts[k:], pats[1:]) for k in range(len(parts) + 1))
+        return bool(parts) and fnmatch.fnmatchcase(parts[0], pats[0]) and match(parts[1:], pats[1:])
+
+    return bool(path) and match(path.split("."), glob.split("."))
+
+
+def _recorded(bsym):
+    calls = getattr(bsym.source_filename, "calls", None)
+    if calls is not None and not getattr(bsym.sym, "is_fusion", False):
+        return calls
+    return _common([_recorded(s) for s in bsym.subsymbols] + ([calls] if calls is not None else []))
+
+
+def _common(chains):
+    """The longest common prefix by module path; of two calls of one module, the earlier."""
+    result = None
+    for chain in chains:
+        if chain is None:
+            continue
+        if result is None:
+            result = list(chain)
+            continue
+        k = 0
+        while k < min(len(result), len(chain)) and result[k].path == chain[k].path:
+            if chain[k].call < result[k].call:
+                result[k] = chain[k]
+            k += 1
+        result = result[:k]
+    return None if result is None else tuple(result)
+
+
+def _lines(bsym):
+    if getattr(bsym.sym, "is_fusion", False) or bsym.source_positions is None:
+        for sub in bsym.subsymbols:
+            yield from _lines(sub)
+    elif bsym.source_filename:
+        yield str(bsym.source_filename), bsym.source_positions.lineno
 
 
 def _point(point) -> str:

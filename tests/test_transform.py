@@ -29,6 +29,14 @@ SPECS = [
     "same1: between first(all)..last(all); same2: between first(all)..last(all)",
     "op in <linear> or (between first(op in <add>)..last(op in <mul>) and not op in <add>)",
     "a: between first(op in <linear>)..last(op in <linear>)\nb: between first(all)..last(op in <linear>)",
+    # Modules (MLP: 0..3; GPT: transformer.h.0 ...).
+    "each module <**>",
+    "each module <transformer.h.*, transformer.h.*.attn, 0, 3>\nop in <linear, matmul, TorchCompile*>",
+    "module <transformer.h.0, 1> and op in <linear, mul, TorchCompile*>",
+    "each class <Linear, Block> and module <transformer.h.1, 3>",
+    "class <GELU, CausalSelfAttention> and forward",
+    "backward of (module <transformer.h.1, 0>)",
+    "source <nanogpt_model.py:52..60>",
 ]
 
 
