@@ -180,7 +180,7 @@ def nsys_command(
             notes.append(f"only ranks {sorted(gate.ranks)} push {label!r}; other ranks never start collecting")
         others = [r for r in compiled.rules if r is not rule and r.gate is not None and r.gate.first_step is not None]
         for other in others:
-            notes.append(f"{other.describe()} is gated too; its steps are recorded only inside {label!r}'s ranges")
+            notes.append(f"{other.describe()} is gated too; its ranges are recorded only inside the ranges of {label!r}")
     else:
         for gated in compiled.rules:
             if gated.gate is not None and gated.gate.first_step is not None:
