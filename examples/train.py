@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> None:
         _, loss = jitted(idx, targets)
         loss.backward()
         optimizer.step()
-    print(f"{args.steps} steps, loss {loss.item():.4f}")
+    print(f"{args.steps} step{'s' * (args.steps != 1)}, loss {loss.item():.4f}")
 
 
 if __name__ == "__main__":
