@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in RUNNERS:
         return _run_command(argv[0], argv[1:])
-    parser = argparse.ArgumentParser(prog="nvtx-regions", description="Check nvtx_regions spec files.")
+    parser = argparse.ArgumentParser(prog="nvtx-regions", description="Check nvtx_regions spec files; see and summarize NVTX ranges before the GPU run.")
     commands = parser.add_subparsers(dest="command", required=True)
     check = commands.add_parser("check", help="parse and compile .nvtx files; print each rule in canonical form")
     check.add_argument("files", nargs="+")

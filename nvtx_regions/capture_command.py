@@ -7,9 +7,9 @@ write its ranges as a Chrome trace and print an nvtx_sum-like summary.
 The command's stdin, stdout and stderr are its own (nothing is buffered
 here). Every process it starts that makes an NVTX call, torchrun workers
 included, streams its events to its own file in a capture directory (a
-temporary one, or ``--raw-dir``) as they happen: one ``write`` per event, so
-memory stays bounded however long the run, and a crash, even a SIGKILL,
-loses nothing already recorded. When the command ends, those files are read
+temporary one, or ``--raw-dir``) as they happen, through a shared mapping
+of the file (see ``nvtx_capture.c``): memory stays bounded however long the
+run, and a crash, even SIGKILL, loses nothing already recorded. When the command ends, those files are read
 line by line into the trace and the summary.
 
 Exit status: the command's own; 128 + N when it was killed by signal N (as a

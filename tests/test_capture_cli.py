@@ -203,3 +203,40 @@ def test_usage_errors_name_the_fix_without_a_traceback(args, message, tmp_path):
     assert result.returncode == 2
     assert result.stderr.startswith(message), result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_sigkill_loses_nothing_already_recorded(tmp_path):
+    child = script(
+        tmp_path,
+        """
+        import os, signal, nvtx
+        for i in range(5000):
+            nvtx.push_range(f"r{i}")
+            nvtx.pop_range()
+        nvtx.push_range("open at the kill")
+        os.kill(os.getpid(), signal.SIGKILL)
+        """,
+    )
+    out, raw = tmp_path / "t.json", tmp_path / "raw"
+    result = cli("capture", "-o", str(out), "--raw-dir", str(raw), "--", sys.executable, child)
+    assert result.returncode == 128 + signal.SIGKILL
+    (raw_file,) = raw.glob("nvtx-*.jsonl")
+    proc = ProcessCapture.from_file(raw_file)  # the file's padding after the last line is skipped
+    assert not proc.complete
+    assert sum(e.kind == "push" for e in proc.events) == 5001
+    seen = read_chrome_trace(json.loads(out.read_text()))
+    assert len(seen["ranges"]) == 5001
+    assert [ev["name"] for ev in seen["ranges"] if ev["args"].get("unclosed")] == ["open at the kill"]
+
+
+def test_a_normal_exit_leaves_only_content_in_the_event_file(tmp_path):
+    child = script(tmp_path, "import nvtx\nfor i in range(100):\n    nvtx.mark(str(i))\n")
+    raw = tmp_path / "raw"
+    result = cli("capture", "-o", str(tmp_path / "t.json"), "--raw-dir", str(raw), "--", sys.executable, child)
+    assert result.returncode == 0
+    (raw_file,) = raw.glob("nvtx-*.jsonl")
+    data = raw_file.read_bytes()
+    assert b"\0" not in data and data.endswith(b"}\n")
+    lines = [json.loads(line) for line in data.splitlines()]
+    assert [r["type"] for r in (lines[0], lines[-1])] == ["process", "end"]
+    assert sum(r.get("kind") == "mark" for r in lines) == 100

@@ -111,3 +111,18 @@ def test_exit_status_and_nothing_to_explain(tmp_path):
     assert nothing.stderr.strip() == (
         "nvtx-regions explain: the command jitted no function that ran (thunder.jit, then a call); nothing to explain"
     )
+
+
+def test_an_existing_sitecustomize_still_runs(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import builtins\nbuiltins.SITE_WAS_HERE = True\n")
+    idle = tmp_path / "idle.py"
+    idle.write_text("print('site ran:', getattr(__builtins__, 'SITE_WAS_HERE', False))\n")
+    env = plain_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")])
+    result = subprocess.run(
+        [sys.executable, "-m", "nvtx_regions", "explain", "examples/regions.nvtx", "--", sys.executable, str(idle)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert "site ran: True" in result.stdout, result.stderr
