@@ -15,9 +15,9 @@ line by line into the trace and the summary.
 Exit status: the command's own; 128 + N when it was killed by signal N (as a
 shell reports it). A process that did not exit normally (signal,
 ``os._exit``) makes the capture partial, and the message says so.
-While the command runs, SIGINT and SIGTERM reach it (Ctrl-C goes to the whole
-foreground process group; SIGTERM is forwarded) and this process waits for
-it, so the partial trace is still written.
+While the command runs, this process outlives SIGINT (Ctrl-C reaches the
+command itself through the terminal's process group) and forwards SIGTERM
+and SIGHUP to it, then waits for it, so the partial trace is still written.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def signal_name(returncode: int) -> str:
 
 
 def run_child(command: list[str], env: dict[str, str]) -> int:
-    """Run `command` with inherited stdio; forward SIGTERM to it and outlive SIGINT. Returns its returncode."""
+    """Run `command` with inherited stdio; outlive SIGINT, forward SIGTERM and SIGHUP. Returns its returncode."""
     try:
         proc = subprocess.Popen(command, env=env)
     except FileNotFoundError:
@@ -81,7 +81,11 @@ def run_child(command: list[str], env: dict[str, str]) -> int:
         if proc.poll() is None:
             proc.send_signal(signum)
 
-    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    def outlive(_signum, _frame):
+        pass  # the terminal sent Ctrl-C to the command too: wait for it to end
+
+    handlers = {signal.SIGINT: outlive, signal.SIGTERM: forward, signal.SIGHUP: forward}
+    previous = {s: signal.signal(s, h) for s, h in handlers.items()}
     try:
         while True:
             try:

@@ -240,3 +240,29 @@ def test_a_normal_exit_leaves_only_content_in_the_event_file(tmp_path):
     lines = [json.loads(line) for line in data.splitlines()]
     assert [r["type"] for r in (lines[0], lines[-1])] == ["process", "end"]
     assert sum(r.get("kind") == "mark" for r in lines) == 100
+
+
+def test_sigint_to_capture_alone_does_not_cut_the_run_short(tmp_path):
+    ready = tmp_path / "ready"
+    child = script(
+        tmp_path,
+        f"""
+        import time, nvtx
+        open({str(ready)!r}, "w").close()
+        with nvtx.annotate("after the interrupt"):
+            time.sleep(1)
+        """,
+    )
+    out = tmp_path / "t.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nvtx_regions", "capture", "-o", str(out), "--", sys.executable, child],
+        cwd=ROOT, env=plain_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)  # Ctrl-C would also reach the child; here only capture gets it
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr
+    seen = read_chrome_trace(json.loads(out.read_text()))
+    assert [ev["name"] for ev in seen["ranges"]] == ["after the interrupt"]
