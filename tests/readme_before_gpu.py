@@ -64,7 +64,8 @@ SUMMARY_ROW = re.compile(r"^(\s*)([\d.]+(?:\s+[\d.]+){7})(\s+(?:PushPop|StartEnd
 
 
 def comparable(name: str, text: str) -> str:
-    """`text` with run-to-run noise masked: the capture summary keeps only Instances, Style and Range."""
+    """`text` with run-to-run noise masked: the capture summary keeps only Instances, Style and Range,
+    and its rows are compared in sorted order (their order follows the times)."""
     if name != "capture":
         return text.strip()
     out = []
@@ -78,7 +79,11 @@ def comparable(name: str, text: str) -> str:
         if m or line.startswith("Time (%)"):
             line = re.sub(r"\s+", " ", line).strip()
         out.append(line)
-    return "\n".join(out)
+    # Rows are sorted by total time, which changes from run to run: compare them as a set.
+    rows = sorted(line for line in out if line.startswith("<times>"))
+    first = next((i for i, line in enumerate(out) if line.startswith("<times>")), len(out))
+    rest = [line for line in out if not line.startswith("<times>")]
+    return "\n".join(rest[:first] + rows + rest[first:])
 
 
 def readme_blocks(text: str | None = None) -> dict[str, tuple[str, str]]:

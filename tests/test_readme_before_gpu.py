@@ -39,3 +39,5 @@ def test_comparable_masks_only_the_times():
     assert comparable("capture", row) == comparable("capture", other) == "<times> 82 <times> PushPop nvtx_regions:matmuls"
     assert comparable("capture", row) != comparable("capture", row.replace(" 82 ", " 83 "))
     assert comparable("explain", "a\n b ") == "a\n b"
+    swapped = f"head\n{other}\n{row.replace(' 82 ', ' 2 ')}\ntail"
+    assert comparable("capture", swapped) == comparable("capture", f"head\n{row.replace(' 82 ', ' 2 ')}\n{row}\ntail")
