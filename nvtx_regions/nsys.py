@@ -149,8 +149,7 @@ def nsys_command(
     notes: list[str] = []
     rule = _capture_rule(compiled.rules)
     if rule is not None:
-        gate, region = rule.gate, rule.region
-        assert gate is not None and region is not None and gate.first_step is not None
+        gate, region = rule.gate, rule.region  # set: _capture_rule checked them
         label = rule.rule.label
         target = label if domain is None else f"{label}@{domain}"
         flags.append(Flag("--capture-range=nvtx", "collect only inside an NVTX range", f"{GUIDE}: --capture-range"))
