@@ -1,7 +1,10 @@
-"""Command line: check spec files, print the grammar.
+"""Command line: check spec files, print the grammar, and look at ranges before the GPU run.
 
     nvtx-regions check regions.nvtx [more.nvtx ...]   # or: python -m nvtx_regions check ...
     nvtx-regions grammar
+    nvtx-regions capture -o timeline.json -- python train.py     # nvtx_regions/capture_command.py
+    nvtx-regions nsys regions.nvtx -- python train.py            # nvtx_regions/nsys.py
+    nvtx-regions explain regions.nvtx -- python train.py         # nvtx_regions/explain_command.py
 """
 
 from __future__ import annotations
@@ -15,12 +18,38 @@ from .parse import grammar_resource, grammar_text, load
 from .tree import render
 
 
+# Commands that run another command after `--`; each module parses its own options.
+RUNNERS = {
+    "capture": ("capture_command", "run a command with NVTX capture; write a Chrome trace; print a summary"),
+    "nsys": ("nsys", "print the nsys profile command line that fits a spec"),
+    "explain": ("explain_command", "run a script and print explain() for each function it jits"),
+}
+
+
+def _run_command(name: str, argv: list[str]) -> int:
+    import importlib
+
+    from .capture_command import CommandError
+
+    module = importlib.import_module(f".{RUNNERS[name][0]}", __package__)
+    try:
+        return module.main(argv)
+    except (CommandError, SelectorError) as error:
+        print(f"nvtx-regions {name}: {error}", file=sys.stderr)
+        return 2
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="nvtx-regions", description="Check nvtx_regions spec files.")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in RUNNERS:
+        return _run_command(argv[0], argv[1:])
+    parser = argparse.ArgumentParser(prog="nvtx-regions", description="Check nvtx_regions spec files; see and summarize NVTX ranges before the GPU run.")
     commands = parser.add_subparsers(dest="command", required=True)
     check = commands.add_parser("check", help="parse and compile .nvtx files; print each rule in canonical form")
     check.add_argument("files", nargs="+")
     commands.add_parser("grammar", help="print the grammar (the one definition of the syntax)")
+    for name, (_, text) in RUNNERS.items():
+        commands.add_parser(name, help=f"{text} (nvtx-regions {name} --help)")
     args = parser.parse_args(argv)
 
     if args.command == "grammar":

@@ -13,6 +13,10 @@ In-process: `attach` before the first NVTX call, then ``with capture() as events
 (or the ``nvtx_capture`` fixture of `nvtx_regions.testing.pytest_plugin`).
 The default domain is ``domain=None``. ``NVTX_REGIONS_CAPTURE_MODE=count``
 (or ``mode="count"``) only counts calls per kind, for benchmarks.
+
+`to_chrome_trace` (and `write_chrome_trace`, `load_chrome_trace`) turn events
+into a Chrome Trace Event Format timeline; `summarize` gives a table like
+``nsys stats --report nvtx_sum`` from events or a loaded timeline.
 """
 
 from .events import (
@@ -39,6 +43,8 @@ from .inject import (
     capture_subprocess,
     is_attached,
 )
+from .chrome import RangeRecord, load_chrome_trace, to_chrome_trace, write_chrome_trace
+from .summary import Summary, SummaryRow, summarize
 from .tool import CaptureUnavailable, build_tool, unavailable_reason
 
 __all__ = [
@@ -52,6 +58,9 @@ __all__ = [
     "NvtxEvent",
     "ProcessCapture",
     "Range",
+    "RangeRecord",
+    "Summary",
+    "SummaryRow",
     "UnbalancedRanges",
     "attach",
     "balance_problems",
@@ -62,7 +71,11 @@ __all__ = [
     "flatten",
     "is_attached",
     "is_balanced",
+    "load_chrome_trace",
     "range_tree",
     "start_end_ranges",
+    "summarize",
+    "to_chrome_trace",
     "unavailable_reason",
+    "write_chrome_trace",
 ]

@@ -13,9 +13,16 @@
  *                              "count": only count events per kind (cheap).
  *   NVTX_REGIONS_CAPTURE_DIR   if set, each process appends JSON lines to
  *                              DIR/nvtx-<pid>.jsonl: a "process" header, one
- *                              "event" line per event (written at once, so a
- *                              crash loses nothing), an "end" line with the
- *                              counts at normal exit.
+ *                              "event" line per event, an "end" line with the
+ *                              counts at normal exit. Lines are copied into a
+ *                              shared mapping of the file (a memory copy, no
+ *                              system call per event); the kernel owns those
+ *                              pages, so a crash, even SIGKILL, loses nothing
+ *                              already recorded. Memory stays bounded: one
+ *                              1 MiB window of the file is mapped at a time.
+ *                              After a crash the file ends in NUL padding up
+ *                              to the window's end, which readers skip; at
+ *                              normal exit it is truncated to its content.
  *   RANK, LOCAL_RANK, WORLD_SIZE  copied into the header (torchrun sets them).
  *
  * Python reads the in-memory buffer through the nvtx_capture_* functions
@@ -40,6 +47,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -103,6 +111,7 @@ typedef struct DepthSlot {
 } DepthSlot;
 
 typedef struct ThreadState {
+    pid_t tid; /* cached gettid(); 0: not yet (reset in a forked child) */
     DepthSlot *slots;
     size_t n, cap;
     Buf line;
@@ -122,6 +131,12 @@ static uint64_t g_next_range_id = 1; /* atomic */
 static char *g_dir;                  /* NULL: no file output */
 static int g_fd = -1;
 static pid_t g_fd_pid;
+static pid_t g_pid;      /* cached getpid(), renewed in a forked child */
+#define WINDOW ((off_t)1 << 20) /* bytes of the output file mapped at a time; a multiple of the page size */
+static char *g_map;      /* the mapped window [g_map_off, g_map_off + WINDOW) of the file, or NULL */
+static off_t g_map_off;
+static off_t g_size;     /* bytes of content in the file */
+static int g_map_ok = 1; /* 0: append with write() (mmap failed, or after the end record) */
 static Buf g_mem;
 static pid_t g_mem_pid;
 static Domain *g_domains;
@@ -156,6 +171,26 @@ static void buf_printf(Buf *b, const char *fmt, ...) {
     int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
     va_end(ap);
     if (n > 0) buf_put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
+}
+
+/* Decimal integers without printf: format_event runs for every event. */
+static void buf_u64(Buf *b, unsigned long long v) {
+    char tmp[24];
+    int i = sizeof tmp;
+    do {
+        tmp[--i] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    buf_put(b, tmp + i, sizeof tmp - (size_t)i);
+}
+
+static void buf_i64(Buf *b, long long v) {
+    if (v < 0) {
+        buf_put(b, "-", 1);
+        buf_u64(b, 0ull - (unsigned long long)v);
+    } else {
+        buf_u64(b, (unsigned long long)v);
+    }
 }
 
 /* JSON string; bytes >= 0x80 pass through (Python decodes UTF-8 with errors="replace"). */
@@ -230,6 +265,51 @@ static void write_all(int fd, const char *p, size_t n) {
     }
 }
 
+/* Append to the output file (lock held): through the mapped window, or with write() when mapping is off. */
+static void out_append(const char *p, size_t n) {
+    while (n > 0) {
+        if (g_map && g_size >= g_map_off + WINDOW) {
+            munmap(g_map, (size_t)WINDOW);
+            g_map = NULL;
+        }
+        if (!g_map && g_map_ok) {
+            off_t off = g_size & ~(WINDOW - 1);
+            void *m = MAP_FAILED;
+            if (ftruncate(g_fd, off + WINDOW) == 0)
+                m = mmap(NULL, (size_t)WINDOW, PROT_READ | PROT_WRITE, MAP_SHARED, g_fd, off);
+            if (m == MAP_FAILED) {
+                g_map_ok = 0;
+                if (ftruncate(g_fd, g_size) != 0) return;
+            } else {
+                g_map = m;
+                g_map_off = off;
+            }
+        }
+        if (!g_map) {
+            write_all(g_fd, p, n);
+            g_size += (off_t)n;
+            return;
+        }
+        size_t room = (size_t)(g_map_off + WINDOW - g_size);
+        size_t k = n < room ? n : room;
+        memcpy(g_map + (g_size - g_map_off), p, k);
+        g_size += (off_t)k;
+        p += k;
+        n -= k;
+    }
+}
+
+/* Unmap and cut the file to its content; later lines are appended with write(). */
+static void out_finish(void) {
+    if (g_map) {
+        munmap(g_map, (size_t)WINDOW);
+        g_map = NULL;
+    }
+    if (g_fd >= 0 && g_map_ok && ftruncate(g_fd, g_size) != 0) { /* keep the padding; readers skip it */
+    }
+    g_map_ok = 0;
+}
+
 static void json_env(Buf *b, const char *key, const char *var) {
     buf_printf(b, ",\"%s\":", key);
     buf_json_str(b, getenv(var));
@@ -246,7 +326,7 @@ static void write_header(pid_t pid) {
     json_env(&b, "world_size", "WORLD_SIZE");
     buf_printf(&b, ",\"mode\":\"%s\",\"ts_ns\":%llu}\n", g_count_only ? "count" : "events",
                (unsigned long long)now_ns());
-    if (b.data) write_all(g_fd, b.data, b.len);
+    if (b.data) out_append(b.data, b.len);
     free(b.data);
 }
 
@@ -255,6 +335,9 @@ static int ensure_file(pid_t pid) {
     if (!g_dir) return 0;
     if (g_fd >= 0 && g_fd_pid == pid) return 1;
     if (g_fd >= 0) close(g_fd);
+    g_map = NULL; /* a forked child unmapped its parent's window in fork_child */
+    g_size = 0;
+    g_map_ok = 1;
     Buf path = {0};
     buf_printf(&path, "/nvtx-%d.jsonl", (int)pid);
     size_t dlen = strlen(g_dir);
@@ -266,7 +349,7 @@ static int ensure_file(pid_t pid) {
     memcpy(full, g_dir, dlen);
     memcpy(full + dlen, path.data, path.len + 1);
     free(path.data);
-    g_fd = open(full, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+    g_fd = open(full, O_RDWR | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644); /* RDWR: mmap needs it */
     if (g_fd < 0) fprintf(stderr, "nvtx_capture: cannot open %s: %s\n", full, strerror(errno));
     free(full);
     g_fd_pid = pid;
@@ -293,8 +376,9 @@ static void at_exit(void) {
                    (unsigned long long)__atomic_load_n(&g_probes, __ATOMIC_RELAXED));
         format_counts(&b);
         buf_puts(&b, "}\n");
-        if (b.data) write_all(g_fd, b.data, b.len);
+        if (b.data) out_append(b.data, b.len);
         free(b.data);
+        out_finish();
     }
     pthread_mutex_unlock(&g_lock);
 }
@@ -304,6 +388,11 @@ static void at_exit(void) {
 static void fork_prepare(void) { pthread_mutex_lock(&g_lock); }
 static void fork_parent(void) { pthread_mutex_unlock(&g_lock); }
 static void fork_child(void) {
+    /* The parent's window maps the parent's file: drop it here (the parent keeps its own). */
+    if (g_map) munmap(g_map, (size_t)WINDOW);
+    g_map = NULL;
+    g_pid = getpid();
+    if (t_state) t_state->tid = 0;
     pthread_mutex_unlock(&g_lock);
     for (int k = 0; k < K_COUNT; ++k) g_counts[k] = 0;
     g_probes = 0;
@@ -357,6 +446,7 @@ static void global_init(void) {
     }
     const char *dir = getenv("NVTX_REGIONS_CAPTURE_DIR");
     if (dir && *dir) g_dir = strdup(dir);
+    g_pid = getpid();
     pthread_key_create(&g_thread_key, thread_state_free);
     pthread_atfork(fork_prepare, fork_parent, fork_child);
     pthread_mutex_lock(&g_lock);
@@ -371,25 +461,37 @@ static void ensure_init(void) { pthread_once(&g_once, global_init); }
 
 static void format_event(Buf *b, const Event *e, pid_t tid, uint64_t ts) {
     b->len = 0;
-    buf_printf(b, "{\"type\":\"event\",\"kind\":\"%s\",\"domain\":", kKindNames[e->kind]);
+    buf_puts(b, "{\"type\":\"event\",\"kind\":\"");
+    buf_puts(b, kKindNames[e->kind]);
+    buf_puts(b, "\",\"domain\":");
     buf_json_str(b, e->domain ? e->domain->name : NULL);
     buf_puts(b, ",\"message\":");
     buf_json_str(b, e->msg);
-    if (e->has_color) buf_printf(b, ",\"color\":%u", e->color);
-    else buf_puts(b, ",\"color\":null");
-    if (e->category) buf_printf(b, ",\"category\":%u", e->category);
-    else buf_puts(b, ",\"category\":null");
-    buf_printf(b, ",\"tid\":%d,\"ts_ns\":%llu", (int)tid, (unsigned long long)ts);
-    if (e->has_range) buf_printf(b, ",\"range_id\":%llu", (unsigned long long)e->range_id);
-    else buf_puts(b, ",\"range_id\":null");
-    if (e->has_depth) buf_printf(b, ",\"depth\":%d", e->depth);
-    else buf_puts(b, ",\"depth\":null");
-    if (e->payload_kind == 1) buf_printf(b, ",\"payload\":%llu", (unsigned long long)e->payload_u);
-    else if (e->payload_kind == 2) buf_printf(b, ",\"payload\":%lld", (long long)e->payload_i);
-    else if (e->payload_kind == 3 && isfinite(e->payload_d)) buf_printf(b, ",\"payload\":%.17g", e->payload_d);
-    else buf_puts(b, ",\"payload\":null");
-    if (e->has_target) buf_printf(b, ",\"target_tid\":%u}\n", e->target_tid);
-    else buf_puts(b, ",\"target_tid\":null}\n");
+    buf_puts(b, ",\"color\":");
+    if (e->has_color) buf_u64(b, e->color);
+    else buf_puts(b, "null");
+    buf_puts(b, ",\"category\":");
+    if (e->category) buf_u64(b, e->category);
+    else buf_puts(b, "null");
+    buf_puts(b, ",\"tid\":");
+    buf_i64(b, (long long)tid);
+    buf_puts(b, ",\"ts_ns\":");
+    buf_u64(b, (unsigned long long)ts);
+    buf_puts(b, ",\"range_id\":");
+    if (e->has_range) buf_u64(b, (unsigned long long)e->range_id);
+    else buf_puts(b, "null");
+    buf_puts(b, ",\"depth\":");
+    if (e->has_depth) buf_i64(b, e->depth);
+    else buf_puts(b, "null");
+    buf_puts(b, ",\"payload\":");
+    if (e->payload_kind == 1) buf_u64(b, (unsigned long long)e->payload_u);
+    else if (e->payload_kind == 2) buf_i64(b, (long long)e->payload_i);
+    else if (e->payload_kind == 3 && isfinite(e->payload_d)) buf_printf(b, "%.17g", e->payload_d);
+    else buf_puts(b, "null");
+    buf_puts(b, ",\"target_tid\":");
+    if (e->has_target) buf_u64(b, e->target_tid);
+    else buf_puts(b, "null");
+    buf_puts(b, "}\n");
 }
 
 static void record(const Event *e) {
@@ -399,13 +501,14 @@ static void record(const Event *e) {
     if (!g_dir && !mem) return;
     ThreadState *s = thread_state();
     if (!s) return;
-    pid_t tid = (pid_t)syscall(SYS_gettid);
-    pid_t pid = getpid();
+    if (!s->tid) s->tid = (pid_t)syscall(SYS_gettid);
+    pid_t tid = s->tid;
     pthread_mutex_lock(&g_lock);
+    pid_t pid = g_pid;
     /* The timestamp is taken under the lock so buffer order is time order. */
     format_event(&s->line, e, tid, now_ns());
     if (s->line.data) {
-        if (ensure_file(pid)) write_all(g_fd, s->line.data, s->line.len);
+        if (ensure_file(pid)) out_append(s->line.data, s->line.len);
         if (__atomic_load_n(&g_mem_recording, __ATOMIC_RELAXED) && g_mem_pid == pid)
             buf_put(&g_mem, s->line.data, s->line.len);
     }

@@ -1,0 +1,276 @@
+"""``nvtx-regions capture``: run any command with the NVTX capture tool attached,
+write its ranges as a Chrome trace and print an nvtx_sum-like summary.
+
+    nvtx-regions capture -o timeline.json -- python train.py --steps 3
+    nvtx-regions capture -o timeline.json --summary-by label -- torchrun --nproc_per_node=2 train.py
+
+The command's stdin, stdout and stderr are its own (nothing is buffered
+here). Every process it starts that makes an NVTX call, torchrun workers
+included, streams its events to its own file in a capture directory (a
+temporary one, or ``--raw-dir``) as they happen, through a shared mapping
+of the file (see ``nvtx_capture.c``): memory stays bounded however long the
+run, and a crash, even SIGKILL, loses nothing already recorded. When the command ends, those files are read
+line by line into the trace and the summary.
+
+Exit status: the command's own; 128 + N when it was killed by signal N (as a
+shell reports it). A process that did not exit normally (signal,
+``os._exit``) makes the capture partial, and the message says so.
+While the command runs, this process outlives SIGINT (Ctrl-C reaches the
+command itself through the terminal's process group) and forwards SIGTERM
+and SIGHUP to it, then waits for it, so the partial trace is still written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .testing.chrome import ChromeTraceWriter, ProcessInfo, RangeRecord, iter_items
+from .testing.events import NvtxEvent
+from .testing.inject import ENV_DIR, ENV_INJECTION, ENV_MODE
+from .testing.summary import Summarizer, Summary
+
+__all__ = ["CommandError", "CaptureOutcome", "run_capture", "split_command", "exit_status"]
+
+
+class CommandError(Exception):
+    """A usage error of a subcommand: the message says what to do; no traceback is shown."""
+
+
+def split_command(argv: list[str], usage: str) -> tuple[list[str], list[str]]:
+    """Split ``[options..., "--", command...]``; raise `CommandError` naming the fix when either part is missing."""
+    if "--" not in argv:
+        raise CommandError(f"put the command to run after `--`, for example: {usage}")
+    at = argv.index("--")
+    options, command = argv[:at], argv[at + 1 :]
+    if not command:
+        raise CommandError(f"nothing to run after `--`; give the command, for example: {usage}")
+    return options, command
+
+
+def exit_status(returncode: int) -> int:
+    """A child's exit status as a shell reports it: 128 + N for death by signal N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def signal_name(returncode: int) -> str:
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
+def run_child(command: list[str], env: dict[str, str]) -> int:
+    """Run `command` with inherited stdio; outlive SIGINT, forward SIGTERM and SIGHUP. Returns its returncode."""
+    try:
+        proc = subprocess.Popen(command, env=env)
+    except FileNotFoundError:
+        raise CommandError(f"cannot run {command[0]!r}: no such program (is it on PATH?)") from None
+    except PermissionError:
+        raise CommandError(f"cannot run {command[0]!r}: not executable") from None
+
+    def forward(signum, _frame):
+        if proc.poll() is None:
+            proc.send_signal(signum)
+
+    def outlive(_signum, _frame):
+        pass  # the terminal sent Ctrl-C to the command too: wait for it to end
+
+    handlers = {signal.SIGINT: outlive, signal.SIGTERM: forward, signal.SIGHUP: forward}
+    previous = {s: signal.signal(s, h) for s, h in handlers.items()}
+    try:
+        while True:
+            try:
+                return proc.wait()
+            except InterruptedError:
+                continue
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+# ------------------------------------------------------------------ reading the capture directory
+
+
+def _records(path: Path) -> Iterator[dict]:
+    """The JSON records of one process file, read line by line; a torn last line is skipped."""
+    with open(path, "rb") as f:
+        for line in f:
+            if line.strip():
+                try:
+                    yield json.loads(line.decode("utf-8", "replace"))
+                except json.JSONDecodeError:
+                    continue
+
+
+def _rank(value) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+@dataclass
+class CaptureOutcome:
+    """What `run_capture` saw: exit code, per-process completeness, the summary and counts."""
+
+    returncode: int
+    processes: list[ProcessInfo]
+    summary: Summary
+    ranges: int = 0
+    marks: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def partial(self) -> list[ProcessInfo]:
+        return [p for p in self.processes if not p.complete]
+
+
+def convert(capture_dir: Path, stream, *, by: str = "message") -> tuple[list[ProcessInfo], Summary, int, int, dict]:
+    """Stream every ``nvtx-*.jsonl`` of `capture_dir` into a Chrome trace on `stream` and a summary."""
+    writer = ChromeTraceWriter(stream)
+    summarizer = Summarizer(by)
+    processes: list[ProcessInfo] = []
+    ranges = marks = 0
+    counts: dict[str, int] = {}
+    for path in sorted(capture_dir.glob("nvtx-*.jsonl")):
+        ended = False
+        pid = int(path.stem.rpartition("-")[2])
+        rank: int | None = None
+
+        def events() -> Iterator[NvtxEvent]:
+            nonlocal ended, pid, rank
+            for r in _records(path):
+                kind = r.get("type")
+                if kind == "process":
+                    pid = int(r.get("pid") or pid)
+                    rank = _rank(r.get("rank"))
+                elif kind == "end":
+                    ended = True
+                elif kind == "event":
+                    e = NvtxEvent.from_record(r, pid=pid)
+                    counts[e.kind] = counts.get(e.kind, 0) + 1
+                    if e.kind == "name_thread" and e.target_tid is not None and e.message:
+                        writer.name_thread(pid, e.target_tid, e.message)
+                    yield e
+
+        stream_events = events()
+        first = next(stream_events, None)  # reads the header, so the rank is known before any record
+        if first is None:
+            processes.append(ProcessInfo(pid, rank, ended))
+            continue
+
+        def chained() -> Iterator[NvtxEvent]:
+            yield first
+            yield from stream_events
+
+        for item in iter_items(chained(), ranks={pid: rank}):
+            writer.add(item)
+            if isinstance(item, RangeRecord):
+                summarizer.add(item)
+                ranges += 1
+            else:
+                marks += 1
+        processes.append(ProcessInfo(pid, rank, ended))
+    writer.close(processes, {"partial": any(not p.complete for p in processes)})
+    return processes, summarizer.result(), ranges, marks, counts
+
+
+def run_capture(
+    command: list[str],
+    output: str | os.PathLike[str],
+    *,
+    by: str = "message",
+    raw_dir: str | os.PathLike[str] | None = None,
+    mode: str = "events",
+) -> CaptureOutcome:
+    """Run `command` under the capture tool; write the Chrome trace to `output`; return the outcome.
+
+    raw_dir: keep the per-process event files there (default: a temporary
+    directory, removed afterwards). Raises `CommandError` when the command
+    cannot start or the tool cannot be built.
+    """
+    from .testing.tool import CaptureUnavailable, build_tool
+
+    try:
+        tool = build_tool()
+    except CaptureUnavailable as error:
+        raise CommandError(f"the NVTX capture tool cannot be built here: {error}") from None
+    if os.environ.get(ENV_INJECTION) and "nvtx_capture-" not in os.environ[ENV_INJECTION]:
+        raise CommandError(
+            f"{ENV_INJECTION} already names another NVTX tool ({os.environ[ENV_INJECTION]}); "
+            "NVTX takes one tool per process: unset it, or do not run capture under Nsight"
+        )
+    made_dir = raw_dir is None
+    directory = Path(tempfile.mkdtemp(prefix="nvtx_capture-") if made_dir else raw_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    for stale in directory.glob("nvtx-*.jsonl"):
+        stale.unlink()
+    try:
+        env = {**os.environ, ENV_INJECTION: str(tool), ENV_DIR: str(directory), ENV_MODE: mode}
+        returncode = run_child(command, env)
+        output = Path(output)
+        if output.parent != Path(""):
+            output.parent.mkdir(parents=True, exist_ok=True)
+        with open(output, "w", encoding="utf-8") as stream:
+            processes, summary, ranges, marks, counts = convert(directory, stream, by=by)
+    finally:
+        if made_dir:
+            shutil.rmtree(directory, ignore_errors=True)
+    return CaptureOutcome(returncode, processes, summary, ranges, marks, counts)
+
+
+def report(outcome: CaptureOutcome, output: str, command: list[str]) -> str:
+    """The text printed after the command ends: the summary, where the trace is, and what is partial."""
+    lines = [str(outcome.summary), ""]
+    n = len(outcome.processes)
+    lines.append(
+        f"nvtx-regions capture: {outcome.ranges} ranges and {outcome.marks} marks from {n} "
+        f"process{'es' * (n != 1)} written to {output} (open it in https://ui.perfetto.dev or chrome://tracing)"
+    )
+    if outcome.returncode < 0:
+        lines.append(f"nvtx-regions capture: {command[0]} was killed by {signal_name(outcome.returncode)}")
+    elif outcome.returncode:
+        lines.append(f"nvtx-regions capture: {command[0]} exited with status {outcome.returncode}")
+    if outcome.partial:
+        which = ", ".join(f"rank {p.rank} (pid {p.pid})" if p.rank is not None else f"pid {p.pid}" for p in outcome.partial)
+        lines.append(
+            f"nvtx-regions capture: the capture is partial: {which} did not exit normally; "
+            "the trace holds its events up to that point, and ranges it left open are marked unclosed"
+        )
+    if not outcome.processes:
+        lines.append("nvtx-regions capture: no process made an NVTX call")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of ``nvtx-regions capture`` (argv after the subcommand name)."""
+    import argparse
+
+    usage = "nvtx-regions capture -o timeline.json -- python train.py"
+    parser = argparse.ArgumentParser(
+        prog="nvtx-regions capture",
+        usage="nvtx-regions capture [-o FILE] [--summary-by {message,label}] [--raw-dir DIR] -- COMMAND...",
+        description="Run COMMAND with the NVTX capture tool; write a Chrome trace; print an nvtx_sum-like summary.",
+    )
+    parser.add_argument("-o", "--output", default="timeline.json", help="Chrome trace file (default: timeline.json)")
+    parser.add_argument("--summary-by", choices=("message", "label"), default="message",
+                        help="one row per message (default), or per rule (NVTX category)")  # fmt: skip
+    parser.add_argument("--raw-dir", help="keep each process's event stream (nvtx-<pid>.jsonl) in this directory")
+    if argv and argv[0] in ("-h", "--help"):
+        parser.print_help()
+        return 0
+    options, command = split_command(argv, usage)
+    args = parser.parse_args(options)
+    outcome = run_capture(command, args.output, by=args.summary_by, raw_dir=args.raw_dir)
+    sys.stdout.flush()
+    print(report(outcome, args.output, command), flush=True)
+    return exit_status(outcome.returncode)

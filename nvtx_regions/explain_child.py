@@ -1,0 +1,133 @@
+"""The child side of ``nvtx-regions explain``: wrap ``thunder.jit``, and explain every jitted function at exit.
+
+``nvtx-regions explain`` puts ``nvtx_regions/_explain_site`` first on the
+child's ``PYTHONPATH``; its ``sitecustomize`` calls `install` at interpreter
+start, in every Python process of the command (torchrun workers included).
+`install` does nothing unless ``NVTX_REGIONS_EXPLAIN_SPEC`` is set. It adds
+an import hook that, right after ``thunder`` is imported, replaces
+``thunder.jit`` (so ``from thunder import jit`` gets the wrapper too):
+
+- a function jitted without an `NvtxProfileTransform` gets
+  ``NvtxProfileTransform(spec=SPEC)`` appended to its transforms;
+- one jitted with its own transform keeps it.
+
+At exit (atexit: normal exit, ``sys.exit``, or an uncaught exception; not
+``os._exit`` or a fatal signal) each jitted function that ran is explained
+against SPEC, and the report, its range-tree picture, the function's name
+and where it was jitted go to ``$NVTX_REGIONS_EXPLAIN_OUT/explain-<pid>.json``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import importlib.abc
+import importlib.util
+import json
+import os
+import sys
+from typing import Any
+
+ENV_SPEC = "NVTX_REGIONS_EXPLAIN_SPEC"
+ENV_OUT = "NVTX_REGIONS_EXPLAIN_OUT"
+ENV_MAX_OPS = "NVTX_REGIONS_EXPLAIN_MAX_OPS"
+
+_jitted: list[dict[str, Any]] = []
+
+
+class _ThunderHook(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: when ``thunder`` is imported, wraps the real loader to patch it afterwards."""
+
+    def find_spec(self, name, path, target=None):
+        if name != "thunder":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def patched(module):
+            exec_module(module)
+            _patch(module)
+
+        spec.loader.exec_module = patched
+        return spec
+
+
+def _name_of(fn: Any) -> str:
+    if hasattr(fn, "forward") and not hasattr(fn, "__qualname__"):  # an nn.Module instance
+        return type(fn).__name__
+    return getattr(fn, "__qualname__", None) or type(fn).__name__
+
+
+def _patch(thunder: Any) -> None:
+    original = thunder.jit
+    spec = os.environ[ENV_SPEC]
+
+    @functools.wraps(original)
+    def jit(fn, *args, **kwargs):
+        from nvtx_regions import NvtxProfileTransform
+
+        transforms = list(kwargs.get("transforms") or [])
+        own = any(isinstance(t, NvtxProfileTransform) for t in transforms)
+        if not own:
+            transforms.append(NvtxProfileTransform(spec=spec))
+        kwargs["transforms"] = transforms
+        jitted = original(fn, *args, **kwargs)
+        caller = sys._getframe(1)
+        _jitted.append(
+            {
+                "function": jitted,
+                "name": _name_of(fn),
+                "where": f"{os.path.relpath(caller.f_code.co_filename)}:{caller.f_lineno}",
+                "own_transform": own,
+            }
+        )
+        return jitted
+
+    thunder.jit = jit
+    # atexit runs handlers last-in first-out: registered after thunder's (and
+    # torch's) own, this runs before they tear down what printing a trace needs.
+    atexit.register(_dump)
+
+
+def _report() -> list[dict[str, Any]]:
+    from nvtx_regions import SelectorError, explain
+    from nvtx_regions.rangeart import draw_ranges
+
+    spec = os.environ[ENV_SPEC]
+    max_ops = int(os.environ.get(ENV_MAX_OPS) or 12)
+    out = []
+    for entry in _jitted:
+        record = {k: v for k, v in entry.items() if k != "function"}
+        try:
+            explanation = explain(entry["function"], spec=spec, max_ops=max_ops)
+        except SelectorError as error:
+            record.update(text=f"not explained: {error}", tree="")
+        else:
+            record.update(text=str(explanation), tree=draw_ranges(explanation))
+        out.append(record)
+    return out
+
+
+def _dump() -> None:
+    directory = os.environ.get(ENV_OUT)
+    if not directory or not _jitted:
+        return
+    records = _report()
+    header = {"pid": os.getpid(), "rank": os.environ.get("RANK"), "functions": records}
+    path = os.path.join(directory, f"explain-{os.getpid()}.json")
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(header, f)
+    os.replace(path + ".tmp", path)
+
+
+def install() -> None:
+    """Arm the wrapper in this process when ``NVTX_REGIONS_EXPLAIN_SPEC`` is set (see the module docstring)."""
+    if not os.environ.get(ENV_SPEC):
+        return
+    if "thunder" in sys.modules:
+        _patch(sys.modules["thunder"])
+    else:
+        sys.meta_path.insert(0, _ThunderHook())

@@ -1,0 +1,113 @@
+"""``nvtx-regions explain SPEC -- COMMAND``: run a script and print `explain()` for each function it jits.
+
+    nvtx-regions explain examples/regions.nvtx -- python train.py --steps 1
+    nvtx-regions explain regions.nvtx --max-ops 3 -- torchrun --nproc_per_node=2 train.py
+
+How the script hands over its jitted functions: it does nothing. Every
+Python process of COMMAND starts with ``nvtx_regions/_explain_site`` first
+on ``PYTHONPATH``, whose ``sitecustomize`` wraps ``thunder.jit`` (see
+`nvtx_regions.explain_child`): a function jitted without an
+`NvtxProfileTransform` gets one with SPEC, one jitted with its own keeps it,
+and at exit each jitted function that ran is explained against SPEC. After
+COMMAND ends, this prints, per function (and rank), the `explain()` report
+and the range tree it plans (`nvtx_regions.rangeart`; ``--no-tree`` leaves
+it out). COMMAND's own output is passed through untouched, before the report.
+
+Exit status: COMMAND's (128 + N when killed by signal N); 1 when it exited
+normally but jitted nothing that ran. A script that ends with ``os._exit`` or
+a fatal signal has no atexit, so it reports nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from .capture_command import CommandError, exit_status, run_child, split_command
+from .explain_child import ENV_MAX_OPS, ENV_OUT, ENV_SPEC
+
+__all__ = ["main", "SITE_DIR"]
+
+SITE_DIR = Path(__file__).with_name("_explain_site")
+
+
+def child_env(spec: Path, out_dir: str, max_ops: int) -> dict[str, str]:
+    """This environment, plus what arms `explain_child` in every Python process of the command."""
+    path = os.environ.get("PYTHONPATH")
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(SITE_DIR), *([path] if path else [])]),
+        ENV_SPEC: str(spec),
+        ENV_OUT: out_dir,
+        ENV_MAX_OPS: str(max_ops),
+    }
+
+
+def render(processes: list[dict], *, tree: bool = True) -> str:
+    """The report printed after the command: one section per jitted function, ranks in order."""
+    out = []
+    processes = sorted(processes, key=lambda p: (p.get("rank") is None, int(p.get("rank") or 0), p["pid"]))
+    several = len(processes) > 1
+    for process in processes:
+        for fn in process["functions"]:
+            who = f"{fn['name']} (jitted at {fn['where']}"
+            who += ", with its own NvtxProfileTransform)" if fn["own_transform"] else ", spec added)"
+            if several:
+                who = (f"rank {process['rank']}, " if process.get("rank") is not None else f"pid {process['pid']}, ") + who
+            out.append(f"===== {who} =====")
+            out.append(fn["text"])
+            if tree and fn["tree"]:
+                out.append("")
+                out.append(fn["tree"])
+            out.append("")
+    return "\n".join(out).rstrip("\n")
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of ``nvtx-regions explain`` (argv after the subcommand name)."""
+    import argparse
+
+    from .compile import compile_spec
+    from .parse import load
+
+    parser = argparse.ArgumentParser(
+        prog="nvtx-regions explain",
+        usage="nvtx-regions explain SPEC [--max-ops N] [--no-tree] -- COMMAND...",
+        description="Run COMMAND; print explain() against SPEC for each function it jits with thunder.",
+    )
+    parser.add_argument("spec", help="a .nvtx spec file")
+    parser.add_argument("--max-ops", type=int, default=12, help="op lines shown per rule and trace (default 12)")
+    parser.add_argument("--no-tree", action="store_true", help="leave out the range-tree pictures")
+    if argv and argv[0] in ("-h", "--help"):
+        parser.print_help()
+        return 0
+    options, command = split_command(argv, "nvtx-regions explain examples/regions.nvtx -- python train.py")
+    args = parser.parse_args(options)
+    if args.max_ops < 0:
+        raise CommandError("--max-ops takes a number >= 0")
+    spec_path = Path(args.spec)  # as given: the command runs in this directory, and reports show the path
+    compile_spec(load(args.spec))  # the spec's own errors come out here, before the command runs
+    out_dir = tempfile.mkdtemp(prefix="nvtx_explain-")
+    try:
+        returncode = run_child(command, child_env(spec_path, out_dir, args.max_ops))
+        processes = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(Path(out_dir).glob("explain-*.json"))]
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)
+    sys.stdout.flush()
+    if processes:
+        print(render(processes, tree=not args.no_tree), flush=True)
+    if returncode:
+        print(f"nvtx-regions explain: {command[0]} exited with status {exit_status(returncode)}", file=sys.stderr)
+        return exit_status(returncode)
+    if not processes:
+        print(
+            "nvtx-regions explain: the command jitted no function that ran (thunder.jit, then a call); "
+            "nothing to explain",
+            file=sys.stderr,
+        )
+        return 1
+    return 0

@@ -1,0 +1,119 @@
+"""``nvtx-regions nsys``: exact command lines for a table of specs.
+
+Nsight is not installed here, so the commands are checked against what the
+Nsight Systems User Guide ("CLI Profile Command Switch Options") documents:
+flag names, value forms (``range@domain``, ``repeat-shutdown:N``,
+``%q{ENV_VAR}`` in ``--output``, ``default`` for the default domain).
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nvtx_regions import parse
+from nvtx_regions.nsys import nsys_command, split_torchrun
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = "nsys profile --trace=cuda,nvtx --nvtx-domain-include=nvtx_regions"
+REGION = "between first(op in <linear>)..last(op in <linear>)"
+
+CASES = [
+    # (spec, command, options, expected command line)
+    ("op in <linear>", "python train.py", {}, f"{BASE} --output=nvtx_regions_report python train.py"),
+    ("all", "python train.py", {"domain": None},
+     "nsys profile --trace=cuda,nvtx --nvtx-domain-include=default --output=nvtx_regions_report python train.py"),
+    ("all", "python t.py", {"domain": "my,model", "output": "r"},
+     r"nsys profile --trace=cuda,nvtx '--nvtx-domain-include=my\,model' --output=r python t.py"),
+    # a labelled region gated to steps: capture on its range, one collection per step
+    (f"ffn: {REGION} and forward and steps 10..12", "python train.py", {},
+     f"{BASE} --capture-range=nvtx --nvtx-capture=ffn@nvtx_regions --capture-range-end=repeat-shutdown:3 "
+     "--output=nvtx_regions_report python train.py"),
+    # no phase: the region may be in the forward and the backward trace of each step
+    (f"ffn: {REGION} and steps 4..5", "python train.py", {},
+     f"{BASE} --capture-range=nvtx --nvtx-capture=ffn@nvtx_regions --capture-range-end=repeat-shutdown:4 "
+     "--output=nvtx_regions_report python train.py"),
+    # open-ended steps: repeat with no count
+    (f"ffn: {REGION} and backward and steps 7..", "python train.py", {},
+     f"{BASE} --capture-range=nvtx --nvtx-capture=ffn@nvtx_regions --capture-range-end=repeat "
+     "--output=nvtx_regions_report python train.py"),
+    # the default domain: the range name alone
+    (f"ffn: {REGION} and forward and steps 1..1", "python train.py", {"domain": None},
+     "nsys profile --trace=cuda,nvtx --nvtx-domain-include=default --capture-range=nvtx --nvtx-capture=ffn "
+     "--capture-range-end=repeat-shutdown:1 --output=nvtx_regions_report python train.py"),
+    # a steps gate without a label, or on per-op ranges: no capture range
+    (f"{REGION} and forward and steps 10..12", "python train.py", {}, f"{BASE} --output=nvtx_regions_report python train.py"),
+    ("mm: steps 10..12 and op in <matmul>", "python train.py", {}, f"{BASE} --output=nvtx_regions_report python train.py"),
+    # the first eligible rule wins; ungated and rank-only rules never start a capture
+    (f"a: {REGION} and forward\nb: {REGION} and forward and rank in <0>\n"
+     f"c: {REGION} and forward and steps 2..3 and rank in <0, 1>\nd: {REGION} and forward and steps 5..6",
+     "python train.py", {},
+     f"{BASE} --capture-range=nvtx --nvtx-capture=c@nvtx_regions --capture-range-end=repeat-shutdown:2 "
+     "--output=nvtx_regions_report python train.py"),
+    # a quoted label with a space
+    (f'"block 0": {REGION} and forward and steps 3..4', "python train.py", {},
+     f"{BASE} --capture-range=nvtx '--nvtx-capture=block 0@nvtx_regions' --capture-range-end=repeat-shutdown:2 "
+     "--output=nvtx_regions_report python train.py"),
+    # torchrun: nsys inside each worker, one report per rank
+    ("op in <linear>", "torchrun --nproc_per_node=2 train.py --steps 3", {},
+     f"torchrun --nproc_per_node=2 --no-python {BASE} '--output=nvtx_regions_report.rank%q{{RANK}}' "
+     "python train.py --steps 3"),
+    ("op in <linear>", "torchrun --standalone --nproc-per-node 2 -m pkg.train --x", {},
+     f"torchrun --standalone --nproc-per-node 2 --no-python {BASE} '--output=nvtx_regions_report.rank%q{{RANK}}' "
+     "python -m pkg.train --x"),
+    ("op in <linear>", "torchrun --nproc_per_node=2 --no-python ./run.sh a", {},
+     f"torchrun --nproc_per_node=2 --no-python {BASE} '--output=nvtx_regions_report.rank%q{{RANK}}' ./run.sh a"),
+    (f"ffn: {REGION} and forward and steps 10..12 and rank in <0>", "python -m torch.distributed.run --nnodes=1 train.py", {},
+     f"python -m torch.distributed.run --nnodes=1 --no-python {BASE} --capture-range=nvtx "
+     "--nvtx-capture=ffn@nvtx_regions --capture-range-end=repeat-shutdown:3 "
+     "'--output=nvtx_regions_report.rank%q{RANK}' python train.py"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("spec, command, options, expected", CASES)
+def test_command_lines(spec, command, options, expected):
+    result = nsys_command(parse(spec), shlex.split(command), **options)
+    assert result.shell() == expected
+    # Every flag is commented with its user-guide entry, in the rendered text.
+    text = str(result)
+    for flag in result.flags:
+        name = flag.text.split("=", 1)[0]
+        assert f"# {flag.text}: " in text and f"CLI Profile Command Switch Options: {name}]" in text
+
+
+def test_rendered_text_is_the_same_command():
+    result = nsys_command(parse(f"ffn: {REGION} and forward and steps 10..12"), ["torchrun", "--nproc_per_node=2", "t.py"])
+    body = [line for line in str(result).splitlines() if not line.startswith("#")]
+    joined = " ".join(line.rstrip("\\").strip() for line in body)
+    assert shlex.split(joined) == list(result.argv)
+
+
+def test_notes_explain_what_the_flags_cannot():
+    rank_gated = nsys_command(parse(f"ffn: {REGION} and forward and steps 1..2 and rank in <0>"), ["python", "t.py"])
+    assert "only ranks [0] push 'ffn'; other ranks never start collecting" in rank_gated.notes
+    unlabelled = nsys_command(parse(f"{REGION} and steps 1..2"), ["python", "t.py"])
+    (note,) = unlabelled.notes
+    assert "has a steps gate but has no label, so there is no capture range" in note
+
+
+def test_split_torchrun_leaves_other_commands_alone():
+    assert split_torchrun(["python", "train.py"]) is None
+    assert split_torchrun(["/usr/bin/torchrun", "--nproc_per_node=4", "t.py", "-x"]) == (
+        ["/usr/bin/torchrun", "--nproc_per_node=4"], ["python", "t.py", "-x"])  # fmt: skip
+
+
+def test_cli_prints_the_command_for_a_spec_file():
+    result = subprocess.run(
+        [sys.executable, "-m", "nvtx_regions", "nsys", "examples/profile_steps.nvtx", "--", "python", "examples/train.py"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.rstrip().endswith(
+        "nsys profile \\\n    --trace=cuda,nvtx \\\n    --nvtx-domain-include=nvtx_regions \\\n"
+        "    --capture-range=nvtx \\\n    --nvtx-capture=block0@nvtx_regions \\\n"
+        "    --capture-range-end=repeat-shutdown:3 \\\n    --output=nvtx_regions_report \\\n    python examples/train.py"
+    )
