@@ -21,7 +21,18 @@ def main(argv: list[str] | None = None) -> int:
     check = commands.add_parser("check", help="parse and compile .nvtx files; print each rule in canonical form")
     check.add_argument("files", nargs="+")
     commands.add_parser("grammar", help="print the grammar (the one definition of the syntax)")
+    # -- compare (issue 10) --
+    compare = commands.add_parser("compare", help="two capture files (Chrome trace JSON) side by side per range name")
+    compare.add_argument("a")
+    compare.add_argument("b")
+    compare.add_argument("--domain", help="only this NVTX domain's ranges (NVTX: the default domain)")
+    compare.add_argument("--names", nargs=2, metavar=("A", "B"), help="column names (default: the file names)")
     args = parser.parse_args(argv)
+
+    if args.command == "compare":
+        from .compare import compare_main
+
+        return compare_main(args)
 
     if args.command == "grammar":
         print(f"# {grammar_resource()}")
