@@ -79,17 +79,17 @@ from .tree import (
 __all__ = ["annotate", "EagerAnnotation"]
 
 _TRACE_ONLY = {
-    OpIn: "selects ops by name",
-    Reads: "selects ops by the tensors they read",
-    Between: "is a region between ops",
-    Source: "selects ops by source line",
-    BackwardOf: "maps backward ops to forward ops",
-    All: "selects every op",
+    OpIn: "selects trace ops by name",
+    Reads: "selects trace ops by the proxies they read",
+    Between: "is a region between trace ops",
+    Source: "selects trace ops by the source line that recorded them",
+    BackwardOf: "maps backward trace ops to the forward ops that saved their inputs",
+    All: "selects every trace op",
 }
 
 _SUPPORTED = (
-    "in eager PyTorch only module calls exist, so a rule is 'each module <...>' or 'each class <...>', "
-    "joined with 'and' to 'forward', 'backward', 'module <...>', 'class <...>', 'rank in <...>' or 'steps a..b'"
+    "in annotate() a rule is 'each module <...>' or 'each class <...>', optionally joined with 'and' to "
+    "'forward', 'backward', 'module <...>', 'class <...>', 'rank in <...>' and 'steps a..b'"
 )
 
 
@@ -133,13 +133,16 @@ def _eager_rules(spec: Spec) -> list[_EagerRule]:
         for expr in walk(rule.expr):
             if type(expr) in _TRACE_ONLY:
                 raise SelectorError(
-                    f"{describe}: {render(expr)!r} {_TRACE_ONLY[type(expr)]} of a thunder trace; {_SUPPORTED}. "
-                    "Use NvtxProfileTransform for this rule"
+                    f"{describe}: {render(expr)!r} {_TRACE_ONLY[type(expr)]}, and eager PyTorch has no trace, "
+                    f"only module calls; {_SUPPORTED}. Use NvtxProfileTransform for this rule"
                 )
         conjuncts = _conjuncts(rule.expr)
         for expr in conjuncts:
             if isinstance(expr, (Not, Or)):
-                raise SelectorError(f"{describe}: {render(expr)!r} is not supported in eager mode; {_SUPPORTED}")
+                raise SelectorError(
+                    f"{describe}: {render(expr)!r}: eager rules cannot use 'not' or 'or'; {_SUPPORTED}. "
+                    "Write one rule per alternative"
+                )
         if not any(isinstance(e, (EachModule, EachClass)) for e in conjuncts):
             scope = next((e for e in conjuncts if isinstance(e, (ModuleIn, ClassIn))), None)
             if scope is not None:
