@@ -169,9 +169,10 @@ def _eager_rules(spec: Spec) -> list[_EagerRule]:
 
 
 def _above(path: str, classes: dict[str, str]) -> list[tuple[str, str]]:
-    """(path, class name) of the module at `path` and of each module above it, the root excluded."""
+    """(path, class name) of the module at `path` and of each module above it, the root ("") first."""
     parts = path.split(".") if path else []
-    return [(p, classes[p]) for p in (".".join(parts[:n]) for n in range(1, len(parts) + 1)) if p in classes]
+    prefixes = ["", *(".".join(parts[:n]) for n in range(1, len(parts) + 1))]
+    return [(p, classes[p]) for p in prefixes if p in classes]
 
 
 @dataclass
@@ -256,7 +257,7 @@ class EagerAnnotation:
 
         self._torch = torch
         named = list(self.model.named_modules())
-        classes = {path: type(m).__name__ for path, m in named if path}
+        classes = {path: type(m).__name__ for path, m in named}
         for path, module in named:
             cls = type(module).__name__
             above = _above(path, classes)

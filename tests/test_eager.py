@@ -114,6 +114,11 @@ def test_weight_sharing_gets_two_ranges_each_way(nvtx_capture):
             model(torch.randn(2, 4, requires_grad=True)).sum().backward()
     check_balanced(events)
     assert [m for _, _, m in _ranges(events)] == ["inner", "inner", "inner (backward)", "inner (backward)"]
+    with annotate(model, "each module <inner>"):
+        with nvtx_capture() as events, torch.no_grad():
+            model(torch.randn(2, 4))
+    check_balanced(events)
+    assert [m for _, _, m in _ranges(events)] == ["inner", "inner"]
 
 
 class Fail(torch.autograd.Function):
@@ -234,6 +239,13 @@ def test_annotation_describes_its_ranges():
             ("forward", "transformer.h.0.mlp.c_fc"),
             ("forward", "transformer.h.0.mlp.c_proj"),
         ]
+    # A scope matches the module itself and everything above it, the root included.
+    with annotate(model, "each class <Linear> and class <GPT> and module <transformer.h.0.attn> and forward") as h:
+        assert h.messages == [("forward", "transformer.h.0.attn.c_attn"), ("forward", "transformer.h.0.attn.c_proj")]
+    with annotate(model, "each class <Block, CausalSelfAttention> and module <transformer.h.0.attn> and forward") as h:
+        assert h.messages == [("forward", "transformer.h.0.attn")]
+    with annotate(model, "each class <Linear> and module <transformer.h.0.attn.**> and forward") as h:
+        assert h.messages == [("forward", "transformer.h.0.attn.c_attn"), ("forward", "transformer.h.0.attn.c_proj")]
 
 
 def test_threads_keep_their_own_stacks(nvtx_capture):
