@@ -43,35 +43,33 @@ threads, and ranges a failed backward leaves there are not recovered.
 
 from __future__ import annotations
 
+import difflib
 import threading
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .compile import CompiledRule, compile_spec
-from .errors import SelectorError
+from .errors import NvtxRegionsWarning, SelectorError
 from .modules import class_matcher, path_matcher
 from .parse import combine, parse
 from .runtime import DEFAULT_DOMAIN, Domain, current_rank, rule_color
 from .tree import (
     All,
     And,
-    Backward,
     BackwardOf,
     Between,
     ClassIn,
     EachClass,
     EachModule,
-    Forward,
     ModuleIn,
     Not,
     OpIn,
     Or,
-    RankIn,
     Reads,
     Rule,
     Source,
     Spec,
-    Steps,
     render,
     walk,
 )
@@ -104,6 +102,7 @@ class _EagerRule:
     compiled: CompiledRule  # of the rule without its module/class scope: gate, each selector
     rule: Rule  # as the user wrote it: its category, colour and errors
     scopes: tuple[Callable[[list[tuple[str, str]]], bool], ...]
+    each_globs: tuple[str, ...]
 
     def selects(self, path: str, cls: str, above: list[tuple[str, str]]) -> bool:
         each = self.compiled.each
@@ -164,7 +163,8 @@ def _eager_rules(spec: Spec) -> list[_EagerRule]:
         except SelectorError as error:
             raise SelectorError(str(error).replace(reduced.describe(spec.filename), describe, 1)) from None
         compiled = CompiledRule(rule, number, None, None, compiled.gate, spec.filename, compiled.each)
-        rules.append(_EagerRule(compiled, rule, scopes))
+        (found,) = [e for e in conjuncts if isinstance(e, (EachModule, EachClass))][:1]
+        rules.append(_EagerRule(compiled, rule, scopes, found.globs))
     return rules
 
 
@@ -204,7 +204,7 @@ class EagerAnnotation:
     `steps` is how many times the root model's forward has been called.
     """
 
-    def __init__(self, model: Any, rules: list[_EagerRule], domain: str | None) -> None:
+    def __init__(self, model: Any, rules: list[_EagerRule], domain: str | None, *, strict: bool = False) -> None:
         self.model = model
         self.rules = rules
         self.domain = Domain(domain)
@@ -216,6 +216,7 @@ class EagerAnnotation:
         self._removed = False
         try:
             self._install()
+            self._report_unselected(strict)
         except BaseException:
             self.remove()
             raise
@@ -258,6 +259,7 @@ class EagerAnnotation:
         self._torch = torch
         named = list(self.model.named_modules())
         classes = {path: type(m).__name__ for path, m in named}
+        self._selected = [0] * len(self.rules)
         for path, module in named:
             cls = type(module).__name__
             above = _above(path, classes)
@@ -266,6 +268,7 @@ class EagerAnnotation:
             for index, rule in enumerate(self.rules):
                 if not rule.selects(path, cls, above):
                     continue
+                self._selected[index] += 1
                 category = rule.rule.label or rule.rule.text or render(rule.rule)
                 color = rule_color(rule.compiled.number)
                 for phase in rule.passes():
@@ -291,6 +294,34 @@ class EagerAnnotation:
                         f"from register_backward_hook, and torch allows no full backward hook next to it ({error}); "
                         "remove that hook, or restrict the rule with 'and forward'"
                     ) from None
+
+    def _report_unselected(self, strict: bool) -> None:
+        """Warn (with `strict`, raise `SelectorError`) for each rule that matches no module."""
+        paths = [path for path, _ in self.model.named_modules() if path]
+        classes = sorted({type(m).__name__ for m in self.model.modules()})
+        problems = []
+        for rule, count in zip(self.rules, self._selected):
+            if count:
+                continue
+            each = rule.compiled.each
+            assert each is not None
+            if each.never:
+                reason = "'forward and backward' is never true"
+            else:
+                names = paths if each.by == "module" else classes
+                matcher = path_matcher if each.by == "module" else class_matcher
+                missing = [g for g in rule.each_globs if not any(map(matcher((g,)), names))]
+                if missing:
+                    close = difflib.get_close_matches(missing[0], names, n=3, cutoff=0.5)
+                    hint = f" (nearest: {', '.join(close)})" if close else ""
+                    reason = f"{each.by} {missing[0]!r} matches no module of this {type(self.model).__name__}{hint}"
+                else:
+                    reason = "its 'module <...>' / 'class <...>' scope excludes every module it matches"
+            problems.append(f"{rule.compiled.describe()} selected no module; {reason}")
+        if problems and strict:
+            raise SelectorError("; ".join(problems))
+        for problem in problems:
+            warnings.warn(problem, NvtxRegionsWarning, stacklevel=4)
 
     def _stack(self) -> list[_Open]:
         stack = self._local.__dict__.get("stack")
@@ -405,6 +436,7 @@ def annotate(
     *,
     spec: Any = None,
     domain: str | None = DEFAULT_DOMAIN,
+    strict: bool = False,
 ) -> EagerAnnotation:
     """Put NVTX ranges on the module calls of an eager `model` that the spec selects.
 
@@ -414,7 +446,9 @@ def annotate(
     call ``remove()`` or use it as a context manager.
 
     Raises `SelectorSyntaxError` for text that does not parse and
-    `SelectorError` for a rule with no eager meaning, naming the rule.
+    `SelectorError` for a rule with no eager meaning, naming the rule. A rule
+    that matches no module of `model` gets a `NvtxRegionsWarning` with the
+    nearest module names (`strict=True`: `SelectorError`, and no hooks stay).
     """
     if select is not None and not isinstance(select, str):
         raise TypeError(f"select= takes spec text (str), not {type(select).__name__}")
@@ -423,4 +457,4 @@ def annotate(
     if not hasattr(model, "named_modules") or not hasattr(model, "register_forward_pre_hook"):
         raise TypeError(f"annotate() takes a torch.nn.Module, not {type(model).__name__}")
     parsed = combine(select, spec) or parse("each module <**>")
-    return EagerAnnotation(model, _eager_rules(parsed), domain)
+    return EagerAnnotation(model, _eager_rules(parsed), domain, strict=bool(strict))

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from conftest import compiled, gpt_inputs, loss_of, make_gpt
-from nvtx_regions import SelectorError, SelectorSyntaxError
+from nvtx_regions import NvtxRegionsWarning, SelectorError, SelectorSyntaxError
 from nvtx_regions.eager import annotate
 from nvtx_regions.testing import balance_problems, check_balanced, flatten, range_tree
 
@@ -354,3 +354,41 @@ def test_argument_errors():
             annotate(model, "each module <inner>")
     assert _hook_state(model) == before
     annotate(model, "each module <inner> and forward").remove()
+
+
+UNSELECTED = [
+    (
+        "each module <transformer.h.9>",
+        "rule 'each module <transformer.h.9>' (<select>:1) selected no module; module 'transformer.h.9' matches no "
+        "module of this GPT (nearest: transformer.h.0, transformer.h, transformer)",
+    ),
+    (
+        "each class <Blok>",
+        "rule 'each class <Blok>' (<select>:1) selected no module; class 'Blok' matches no module of this GPT "
+        "(nearest: Block)",
+    ),
+    (
+        "each class <Linear> and module <transformer.wte>",
+        "rule 'each class <Linear> and module <transformer.wte>' (<select>:1) selected no module; its "
+        "'module <...>' / 'class <...>' scope excludes every module it matches",
+    ),
+    (
+        "each module <lm_head> and forward and backward",
+        "rule 'each module <lm_head> and forward and backward' (<select>:1) selected no module; "
+        "'forward and backward' is never true",
+    ),
+]
+
+
+@pytest.mark.parametrize("text, message", UNSELECTED, ids=[t for t, _ in UNSELECTED])
+def test_rule_that_matches_no_module_warns(text, message):
+    model = make_gpt(1)
+    before = _hook_state(model)
+    with pytest.warns(NvtxRegionsWarning) as record:
+        annotate(model, text).remove()
+    assert [str(w.message) for w in record] == [message]
+    assert record[0].filename == __file__  # points at the caller
+    with pytest.raises(SelectorError) as error:
+        annotate(model, text, strict=True)
+    assert str(error.value) == message
+    assert _hook_state(model) == before
