@@ -5,6 +5,7 @@
     nvtx-regions capture -o timeline.json -- python train.py     # nvtx_regions/capture_command.py
     nvtx-regions nsys regions.nvtx -- python train.py            # nvtx_regions/nsys.py
     nvtx-regions explain regions.nvtx -- python train.py         # nvtx_regions/explain_command.py
+    nvtx-regions compare eager.json thunder.json                  # nvtx_regions/compare.py
 """
 
 from __future__ import annotations
@@ -50,7 +51,17 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("grammar", help="print the grammar (the one definition of the syntax)")
     for name, (_, text) in RUNNERS.items():
         commands.add_parser(name, help=f"{text} (nvtx-regions {name} --help)")
+    compare = commands.add_parser("compare", help="two capture files (Chrome trace JSON) side by side per range name")
+    compare.add_argument("a")
+    compare.add_argument("b")
+    compare.add_argument("--domain", help="only this NVTX domain's ranges (NVTX: the default domain)")
+    compare.add_argument("--names", nargs=2, metavar=("A", "B"), help="column names (default: the file names)")
     args = parser.parse_args(argv)
+
+    if args.command == "compare":
+        from .compare import compare_main
+
+        return compare_main(args)
 
     if args.command == "grammar":
         print(f"# {grammar_resource()}")
