@@ -8,7 +8,8 @@
     │   └── matmuls ×4  #7..#29
     └── matmuls ×11  #33..#70
 
-A region rule is a node spanning its ops; per-op ranges are leaves inside
+A region rule is a node spanning its ops, and so is each module call of an
+``each module``/``each class`` rule (named by its path); per-op ranges are leaves inside
 the innermost region that holds them. Consecutive leaves of the same rule
 under one parent are drawn as one line, ``name ×count`` with their op
 positions. An op that several rules select has one range, named after all of
@@ -73,7 +74,9 @@ def draw_ranges(explanation: Any) -> str:
         regions: list[_Node] = []
         leaves: dict[int, list[str]] = {}
         for rule, f in zip(rules, found):
-            if rule.region is not None:
+            if getattr(rule, "each", None) is not None:  # one region per module call, named by its path
+                regions.extend(_Node(message, first, last, True) for message, first, last, _ in f.calls)
+            elif rule.region is not None:
                 if f.region is not None and f.ranges:
                     regions.append(_Node(_rule_name(rule), f.region[0], f.region[1], True))
             else:

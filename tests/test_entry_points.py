@@ -89,13 +89,17 @@ def test_jit_mlp_forward_and_backward(jitted):
 def test_jit_gpt_with_spec_file(jitted):
     out, process = jitted
     forward, backward = out["gpt"]
-    # examples/regions.nvtx. Forward: 2 embeddings, block0 around its 7 linear/matmul/softmax ops,
-    # 8 more in block 1 and the head. Backward: 26 matmuls and the block0_grad region.
-    assert [r["ranges"] for r in out["gpt"]] == [18, 27]
+    # examples/regions.nvtx. Forward: 2 embeddings, one range per block (2 layers), attn0 inside
+    # block 0 around its 5 linear/matmul/softmax ops, 2 more in block 0, 7 in block 1, the head.
+    # Backward: the head's 2 matmuls, then per block (in reverse) its range with 12 matmuls inside.
+    assert [r["ranges"] for r in out["gpt"]] == [20, 28]
     depths, messages = zip(*kit.planned(forward))
-    assert depths == (0, 0, 0) + (1,) * 7 + (0,) * 8
-    assert ["embedding(" in m for m in messages[:3]] == [True, True, False] and messages[2] == "block0"
-    assert "block0_grad" in [m for _, m in kit.planned(backward)]
+    assert depths == (0, 0, 0, 1) + (2,) * 5 + (1, 1, 0) + (1,) * 7 + (0,)
+    assert ["embedding(" in m for m in messages[:3]] == [True, True, False]
+    assert (messages[2], messages[3], messages[11]) == ("transformer.h.0", "attn0", "transformer.h.1")
+    bdepths, bmessages = zip(*kit.planned(backward))
+    assert [m for m in bmessages if "(backward)" in m] == ["transformer.h.1 (backward)", "transformer.h.0 (backward)"]
+    assert bdepths == (0, 0) + ((0,) + (1,) * 12) * 2
     assert out["misses"][1] == 1
     assert kit.captured(process, "gpt") == {out["tid"]: _steps(out["gpt"])}
 
