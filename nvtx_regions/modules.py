@@ -25,6 +25,12 @@ Promises:
      An op takes the origins of its data-flow preference when that is in
      the call it joins, else those of the neighbour it joins. So gradient
      arithmetic never cuts a module call's backward range in two.
+- Communication that thunder's ddp/fsdp insert (all-reduce, reduce-scatter,
+  all-gather, wait, ops whose outputs only collectives read, such as the
+  gradient's division by the world size, and ddp's copies of the parameters)
+  belongs to no module: thunder schedules it apart from the module's compute.
+  Rule 1 looks through it, to the op that produced the gradient being
+  communicated and to the ops that read the copied parameter.
 - Module paths are those of the jitted model's ``named_modules()``; the root
   module's path is ``""``.
 """
@@ -36,6 +42,8 @@ import functools
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+
+from .traceview import bit_positions
 
 if TYPE_CHECKING:
     from .traceview import TraceView
@@ -255,29 +263,76 @@ def _fill(
 
 
 def _chain_of_mask(mask: int, chain_of: Callable[[int], Chain | None]) -> Chain | None:
-    from .traceview import bit_positions
-
     return common_chain(chain_of(p) for p in bit_positions(mask))
+
+
+_COLLECTIVES = re.compile(r".*(all_reduce|reduce_scatter|all_gather|broadcast|wait|synchronize)", re.IGNORECASE)
+
+
+def argument_copies(view: TraceView) -> dict[int, str]:
+    """Positions of ``shallow_copy`` ops of the traced function's arguments (ddp's copies of
+    the parameters), with the argument each copies."""
+    return {
+        p: op.reads[0]
+        for p, op in enumerate(view.ops)
+        if op.name == "shallow_copy" and len(op.reads) == 1 and op.reads[0] in view.args
+    }
+
+
+def communication(view: TraceView) -> set[int]:
+    """Positions of collectives, of the ops whose outputs only collectives read
+    (one step: the gradient's division by the world size, not what computed it),
+    and of copies of arguments."""
+    collectives = {p for p, op in enumerate(view.ops) if _COLLECTIVES.match(op.name)}
+    if not collectives:
+        return set(argument_copies(view))
+    readers: dict[str, list[int]] = {}
+    for position, op in enumerate(view.ops):
+        for name in op.reads:
+            readers.setdefault(name, []).append(position)
+    found = set(collectives)
+    for position, op in enumerate(view.ops):
+        consumers = [r for name in op.writes for r in readers.get(name, ())]
+        if consumers and all(r in collectives for r in consumers) and len(op.reads) == 1:
+            found.add(position)
+    return found | set(argument_copies(view))
 
 
 def forward_chains(view: TraceView, recorded: Sequence[Chain | None]) -> list[Chain | None]:
     """The module call of each op of a forward trace, from what was `recorded`
-    per op; ops with no record take their neighbours' by rule 3."""
+    per op; ops with no record take their neighbours' by rule 3 (communication: none)."""
+    comm = communication(view)
+    recorded = [None if p in comm else chain for p, chain in enumerate(recorded)]
     if all(chain is not None for chain in recorded) or not any(chain is not None for chain in recorded):
         return list(recorded)
     origins = [None if chain is None else 1 << p for p, chain in enumerate(recorded)]
     filled = _fill(view, origins, lambda p: recorded[p])
     return [
-        recorded[p] if recorded[p] is not None else (None if mask is None else _chain_of_mask(mask, lambda q: recorded[q]))
+        None if p in comm
+        else recorded[p] if recorded[p] is not None
+        else (None if mask is None else _chain_of_mask(mask, lambda q: recorded[q]))
         for p, mask in enumerate(filled)
-    ]
+    ]  # fmt: skip
 
 
 def backward_origins(view: TraceView, forward: TraceView, returned: Sequence[str | None]) -> list[int | None]:
     """Per op of a backward trace: its forward origins (a bitset of forward
     positions), by rules 1-3. `returned` are the names the backward returns,
     aligned with `forward.arg_order`."""
-    readers = forward.by_read
+    readers = dict(forward.by_read)
+    passing = communication(forward)  # ddp's copies, fsdp's all-gathers and waits: read through them
+    for argument in forward.args:
+        mask, names, seen = 0, [argument], set()
+        while names:
+            name = names.pop()
+            for q in bit_positions(forward.by_read.get(name, 0)):
+                if q not in passing:
+                    mask |= 1 << q
+                elif q not in seen:
+                    seen.add(q)
+                    names.extend(forward.ops[q].writes)
+        if mask:
+            readers[argument] = mask
     producers: dict[str, int] = {}
     for position, op in enumerate(forward.ops):
         for name in op.writes:
@@ -289,16 +344,33 @@ def backward_origins(view: TraceView, forward: TraceView, returned: Sequence[str
         position = producers.get(name)
         return 0 if position is None else 1 << position
 
+    comm = communication(view)
+    made_by = {name: p for p, op in enumerate(view.ops) for name in op.writes}
+
+    def computed_gradient(name: str) -> str:
+        """Through the collectives that communicate it, to the gradient as computed."""
+        seen = 0
+        while made_by.get(name) in comm and seen < len(view.ops):
+            inputs = [n for n in view.ops[made_by[name]].reads if n in made_by]
+            if not inputs:
+                break
+            name, seen = inputs[0], seen + 1
+        return name
+
     gradient_of: dict[str, int] = {}
     for argument, gradient in zip(forward.arg_order, returned):
         if gradient is not None and argument is not None and argument in readers:
+            gradient = computed_gradient(gradient)
             gradient_of[gradient] = gradient_of.get(gradient, 0) | readers[argument]
 
     # Names the backward computes itself are not saved tensors, even if a
     # forward name were reused.
     computed = {name for op in view.ops for name in op.writes}
     origins: list[int | None] = []
-    for op in view.ops:
+    for position, op in enumerate(view.ops):
+        if position in comm:
+            origins.append(None)
+            continue
         mask = 0
         for name in op.writes:
             mask |= gradient_of.get(name, 0)
@@ -308,4 +380,5 @@ def backward_origins(view: TraceView, forward: TraceView, returned: Sequence[str
                     mask |= saved(name)
         origins.append(mask or None)
     chains = forward.module_chains
-    return _fill(view, origins, lambda p: chains[p])
+    filled = _fill(view, origins, lambda p: chains[p])
+    return [None if p in comm else mask for p, mask in enumerate(filled)]

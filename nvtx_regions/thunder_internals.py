@@ -161,9 +161,9 @@ def _paths_of(root: Any, refresh: bool = False) -> tuple[dict[int, str], dict[st
 def _fx_node_calls(graph_module: Any, frame: Any) -> tuple[Chain, dict[str, str]] | None:
     """Module calls of the FX node whose generated line is running, from ``meta["nn_module_stack"]``.
 
-    torch 2.8-2.11: ``GraphModule._lineno_map`` maps a line of the generated
-    ``forward`` to the index of its node in ``graph.nodes`` (set by
-    ``recompile()``), and dynamo stores ``nn_module_stack`` as an ordered dict
+    torch 2.11: ``GraphModule._lineno_map`` maps a line of the generated
+    ``forward``, counted from its ``def`` line, to the index of its node in
+    ``graph.nodes`` (set by ``recompile()``), and dynamo stores ``nn_module_stack`` as an ordered dict
     of ``key -> (path, class)``, outermost first, where path is written like
     ``L['self'].transformer.h[0]`` or ``transformer.h.0``. thunder's
     ThunderFX splitter (0.2.6) copies node meta into the subgraphs it jits.
@@ -172,13 +172,8 @@ def _fx_node_calls(graph_module: Any, frame: Any) -> tuple[Chain, dict[str, str]
     lineno_map = getattr(graph_module, "_lineno_map", None)
     if positions is None or not lineno_map:
         return None
-    start = graph_module.__dict__.get("_nvtx_regions_first_line")
-    if start is None:
-        code = type(graph_module).forward.__code__ if hasattr(type(graph_module), "forward") else None
-        start = code.co_firstlineno if code is not None else 1
-    index = lineno_map.get(positions.lineno - start + 1) if lineno_map else None
-    if index is None:
-        index = lineno_map.get(positions.lineno)
+    # Keys count lines from the ``def forward`` line (checked on torch 2.11).
+    index = lineno_map.get(positions.lineno - frame.code.co_firstlineno)
     if index is None:
         return None
     nodes = graph_module.__dict__.setdefault("_nvtx_regions_nodes", list(graph_module.graph.nodes))
@@ -186,10 +181,12 @@ def _fx_node_calls(graph_module: Any, frame: Any) -> tuple[Chain, dict[str, str]
         return None
     stack = nodes[index].meta.get("nn_module_stack") or {}
     classes = graph_module.__dict__.setdefault("_nvtx_regions_classes", {})
-    chain = [ModuleCall("", "", 0)]
+    chain = [ModuleCall("", type(graph_module).__name__, 0)]
     for key, value in stack.items():
         path, cls = value if isinstance(value, tuple) else (value, None)
         path = _fx_path(str(path))
+        if not path:  # dynamo's entry for the root module itself
+            continue
         name = getattr(cls, "__name__", None) or str(cls).rsplit(".", 1)[-1].strip("'>")
         classes[path] = name
         # FX keeps no call identity; one call number per (graph module, key) is the best there is.

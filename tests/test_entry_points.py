@@ -202,4 +202,21 @@ def test_distributed_each_rank(distributed, wrapper):
         assert kit.captured(ranks[rank], wrapper) == {out["tid"]: _steps(out[wrapper])}
     assert outs[0][wrapper] == outs[1][wrapper]  # same plan on both ranks
     # One domain per mode of the worker; "gates" is test_runtime_gates.py's.
-    assert kit.push_domains(ranks[0]) == kit.push_domains(ranks[1]) == {"ddp", "fsdp", "gates"}
+    assert kit.push_domains(ranks[0]) == kit.push_domains(ranks[1]) == {
+        "ddp", "fsdp", "ddp_modules", "fsdp_modules", "gates"
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("wrapper", ["ddp", "fsdp"])
+def test_distributed_module_paths_are_the_users(distributed, wrapper):
+    """`each module <*>` on the MLP (Linear, GELU, Linear) under ddp()/fsdp(): paths 0..2, forward and
+    backward, on each rank; the collectives thunder inserts belong to no module."""
+    outs, ranks = distributed
+    for rank in (0, 1):
+        forward, backward = outs[rank][f"{wrapper}_modules"]
+        assert kit.planned(forward) == [(0, "0"), (0, "1"), (0, "2")]
+        if wrapper == "ddp":
+            assert kit.planned(backward) == [(0, "2 (backward)"), (0, "1 (backward)"), (0, "0 (backward)")]
+        else:  # the first linear's weight-gradient matmul and its bias-gradient sum
+            assert kit.planned(backward) == [(0, "0: matmul"), (0, "0: sum")]
+        assert kit.captured(ranks[rank], f"{wrapper}_modules") == {outs[rank]["tid"]: _steps(outs[rank][f"{wrapper}_modules"])}

@@ -327,3 +327,21 @@ def test_fusion_spanning_blocks_belongs_to_their_common_module():
             prefix.append(pieces[0])
         assert forward.module_chains[p][-1].path == ".".join(prefix)
     assert any("each module <transformer.h.*> and forward" in str(w.message) for w in caught)
+
+
+def test_thunderfx_gives_the_same_paths():
+    """Under ThunderFX thunder traces dynamo's FX graph; paths come from its nodes' nn_module_stack."""
+    import thunder.dynamo
+
+    transform = NvtxProfileTransform("op in <linear> and module <transformer.h.1>\nclass <CausalSelfAttention> and op in <linear>")
+    model = make_gpt(2)
+    compiled_model = torch.compile(model, backend=thunder.dynamo.ThunderCompiler(transforms=[transform]))
+    _, loss = compiled_model(*gpt_inputs())
+    loss.backward()
+    transform.check()
+    forward = next(r for r in transform.reports if r.phase == "forward")
+    assert forward.ranges_per_rule == (4, 4)
+    lines = [line for _, line in forward.ranges_emitted]
+    h1 = [l for l in lines if "transformer_modules_h_modules_1_" in l]
+    attn = [l for l in lines if "_modules_attn_modules_" in l]
+    assert len(lines) == 6 and len(h1) == 4 and len(attn) == 4

@@ -89,6 +89,19 @@ def main(modes: list[str]) -> None:
         out["fsdp"] = reports(t)
         out["fsdp_matches_reference"] = torch.allclose(y, reference(x), atol=1e-5)
 
+    if "modules" in modes:  # module paths are the user's, without the wrappers' prefixes
+        from thunder.distributed import ddp, fsdp
+
+        # FSDP's backward interleaves the modules' gradient computations (to overlap the
+        # reduce-scatters), so there module calls cannot nest: select its ops by module instead.
+        specs = {"ddp": "each module <*>", "fsdp": "each module <*> and forward\nop in <matmul, sum> and backward and module <0>"}
+        for name, wrap in (("ddp", ddp), ("fsdp", lambda m: fsdp(m, device=torch.device("cpu")))):
+            t = NvtxProfileTransform(specs[name], domain=f"{name}_modules", messages="module")
+            model = wrap(thunder.jit(mlp(), transforms=[t]))
+            for _ in range(2):
+                model(x).sum().backward()
+            out[f"{name}_modules"] = reports(t)
+
     if "gates" in modes:
         t = NvtxProfileTransform(GATES_SPEC, domain="gates")
         jm = thunder.jit(mlp(), transforms=[t])
