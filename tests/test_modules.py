@@ -345,3 +345,16 @@ def test_thunderfx_gives_the_same_paths():
     h1 = [l for l in lines if "transformer_modules_h_modules_1_" in l]
     attn = [l for l in lines if "_modules_attn_modules_" in l]
     assert len(lines) == 6 and len(h1) == 4 and len(attn) == 4
+
+
+def test_modules_benchmark_smoke():
+    """benchmarks/modules.py runs and counts the ranges it compares (1 layer: one block, forward and backward)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "modules.py"
+    out = subprocess.run([sys.executable, str(script), "--smoke"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [line for line in out.stdout.splitlines() if line.startswith(("| none", "| attached"))]
+    assert len(rows) == 2 and all(row.split("|")[6].strip() == "2" for row in rows), out.stdout
