@@ -314,9 +314,10 @@ ERRORS = [
     ),
     (
         "each module <a> and each class <B>",
-        "rule 'each module <a> and each class <B>' (<select>:1): 'each module <a>' is a rule of its own (one "
-        "range per module call): join it only with 'and forward', 'and backward' or run-time gates, at the top "
-        "of the rule; to select the ops inside modules write 'module <...>' or 'class <...>' instead",
+        "rule 'each module <a> and each class <B>' (<select>:1): 'each class <B>' is a rule of its own (one "
+        "range per module call): join it only with 'and forward', 'and backward', 'and module <...>', "
+        "'and class <...>' or run-time gates, at the top of the rule; to select the ops inside modules write "
+        "'module <...>' or 'class <...>' instead",
     ),
 ]
 
