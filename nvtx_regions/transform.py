@@ -219,18 +219,27 @@ class NvtxProfileTransform(Transform):
                 n = len(groups)
                 groups[planned.gate] = Group(f"{prefix}_push_{n}", f"{prefix}_pop_{n}", planned.gate)
         enter_name, exit_name = f"{prefix}_push_enter", f"{prefix}_pop_exit"
-        domain_name = f"{prefix}_domain"
+        domain_name, progress = f"{prefix}_domain", f"{prefix}_open"
         runtime = TraceRuntime(
-            self.domain, list(groups.values()), enter_name=enter_name, exit_name=exit_name, domain_name=domain_name
+            self.domain,
+            list(groups.values()),
+            enter_name=enter_name,
+            exit_name=exit_name,
+            domain_name=domain_name,
+            progress_name=progress,
         )
         functions = runtime.initial_globals()
+        # Each push and pop also records itself in the call's progress list (see runtime).
         pushes_by_group = {
-            key: _symbol(g.push_name, "{name}({args[0]}, " + domain_name + ")  # {args[1]}") for key, g in groups.items()
+            key: _symbol(g.push_name, "{name}({args[0]}, " + f"{domain_name}); {progress}.append({n})" + "  # {args[1]}")
+            for n, (key, g) in enumerate(groups.items())
         }
-        pops_by_group = {key: _symbol(g.pop_name, "{name}(" + domain_name + ")") for key, g in groups.items()}
+        pops_by_group = {
+            key: _symbol(g.pop_name, "{name}(" + f"{domain_name}); {progress}.pop()") for key, g in groups.items()
+        }
         # The trace's first push and last pop also start and end the call (see runtime).
-        enter = _symbol(enter_name, "{name}(globals(), {args[0]}, {args[2]!r})  # {args[1]}")
-        exit_ = _symbol(exit_name, "{name}(globals(), {args[0]!r})")
+        enter = _symbol(enter_name, f"{progress} = " + "{name}(globals(), {args[0]})  # {args[1]}")
+        exit_ = _symbol(exit_name, "{args[0]}(" + f"{domain_name}); {progress}.calls.remove({progress})")
 
         bsyms = trace.bound_symbols
         pushes: dict[int, list[BoundSymbol]] = {}
@@ -256,7 +265,7 @@ class NvtxProfileTransform(Transform):
             if number == 0:
                 push = BoundSymbol(
                     enter,
-                    args=(attr_name, json.dumps(message, ensure_ascii=False), group.push_name),
+                    args=(attr_name, json.dumps(message, ensure_ascii=False)),
                     kwargs={},
                     output=None,
                     _call_ctx={enter_name: runtime.enter, attr_name: attributes, **context},
@@ -276,7 +285,7 @@ class NvtxProfileTransform(Transform):
         end_pops = pops[max(pops)]
         last_pop = end_pops[-1]
         end_pops[-1] = BoundSymbol(
-            exit_, args=(last_pop.sym.name,), kwargs={}, output=None, _call_ctx={exit_name: runtime.exit, **last_pop._call_ctx}
+            exit_, args=(last_pop.sym.name,), kwargs={}, output=None, _call_ctx=last_pop._call_ctx
         )
 
         new_bsyms: list[BoundSymbol] = []

@@ -1,0 +1,110 @@
+"""Reliability under hostile or unlucky use (issue 9): a failed call frees its
+tensors, and what NVTX cannot carry, thunder never calls, or a framework
+copies is handled with a clear error instead of silently.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+import weakref
+from pathlib import Path
+
+import pytest
+import thunder
+import torch
+
+from nvtx_regions import NvtxProfileTransform
+from nvtx_regions.testing import unavailable_reason
+
+_KIT_DIR = str(Path(__file__).resolve().parent / "workers")
+if _KIT_DIR not in sys.path:
+    sys.path.insert(0, _KIT_DIR)
+import regions_kit as kit  # noqa: E402
+
+needs_capture = pytest.mark.skipif(unavailable_reason() is not None, reason=f"NVTX capture tool unavailable: {unavailable_reason()}")
+
+
+# ---------------------------------------------------------------- 1. a failed call keeps nothing alive
+
+
+def _intermediate_of_failed_call(jitted, *args) -> weakref.ref:
+    """Call `jitted` (which must raise IndexError inside its computation trace) and
+    return a weak reference to a tensor the failed call computed before it raised."""
+    try:
+        jitted(*args)
+    except IndexError as error:
+        tb = error.__traceback__
+        frames = []
+        while tb is not None:
+            frames.append(tb.tb_frame)
+            tb = tb.tb_next
+        (computation,) = [f for f in frames if f.f_code.co_name == "computation"]
+        # The first linear ran before the embedding raised.
+        produced = [v for v in computation.f_locals.values() if isinstance(v, torch.Tensor) and v.shape == (3, 8)]
+        assert produced, "the failed call computed no (3, 8) tensor"
+        ref = weakref.ref(produced[-1])
+        del error, tb, frames, computation, produced
+        return ref
+    raise AssertionError("the call did not raise")
+
+
+@pytest.mark.parametrize("transformed", [False, True], ids=["plain", "transformed"])
+def test_failed_call_frees_its_tensors_once_the_exception_is_dropped(transformed):
+    model = kit.embed_net()
+    spec = "net: between first(op in <linear>)..last(op in <linear>)\nop in <linear, embedding>"
+    transforms = [NvtxProfileTransform(spec, domain="reliability")] if transformed else []
+    jitted = thunder.jit(model, transforms=transforms)
+    x, good, bad = torch.randn(3, 8), torch.tensor([1, 2, 3]), torch.tensor([1, 99, 3])
+    jitted(x, good)  # compile with a call that works
+    ref = _intermediate_of_failed_call(jitted, x, bad)
+    gc.collect()
+    assert ref() is None, "a tensor of the failed call is still alive after its exception was dropped"
+    jitted(x, good)  # and the next call still works
+
+
+# ---------------------------------------------------------------- recovery with the first range gated off
+
+GATED_FIRST = """
+import nvtx, thunder, torch
+from nvtx_regions import NvtxProfileTransform
+from regions_kit import embed_net, emit, reports
+
+# The first range of the trace (the region, pushed by `enter`) is off until step 2.
+t = NvtxProfileTransform('''
+late: steps 2.. and between first(op in <linear>)..last(op in <linear>)
+op in <linear, embedding>
+''', domain="d")
+jm = thunder.jit(embed_net(), transforms=[t])
+x = torch.randn(3, 8)
+good, bad = torch.tensor([1, 2, 3]), torch.tensor([1, 99, 3])
+d = nvtx.get_domain("d")
+d.push_range(d.get_event_attributes(message="session"))
+errors = []
+for step, ok in enumerate([False, True, False, True]):
+    try:
+        jm(x, good if ok else bad)
+    except IndexError:
+        errors.append(step)
+d.pop_range()
+emit(reports=reports(t), errors=errors)
+"""
+
+
+@needs_capture
+def test_failed_call_whose_first_range_is_gated_off_pops_only_what_it_pushed():
+    out, process = kit.run_captured(GATED_FIRST)
+    assert out["errors"] == [0, 2]
+    forward, _backward = out["reports"]
+    assert [r["rules"] for r in forward["emitted"]] == [[0], [1], [1], [1]]  # late, fc1, emb, fc2
+    raised_at = kit.start_of(forward, "embedding")
+
+    def call(step: int, ok: bool) -> kit.Call:
+        return kit.one_call(forward, lambda rule: rule != 0 or step >= 2, until=None if ok else raised_at)
+
+    fc1, emb, fc2 = (m for _, m in kit.one_call(forward, lambda rule: rule == 1))
+    assert call(0, False) == [(0, fc1), (0, emb)]  # the gated region is not pushed; emb is left open
+    assert call(2, False) == [(0, "late"), (1, fc1), (1, emb)]
+    calls = call(0, False) + call(1, True) + call(2, False) + call(3, True)
+    # A recovery that pops one too many closes "session" early.
+    assert kit.captured(process, "d") == {out["tid"]: [(0, "session")] + kit.shifted(calls, 1)}
