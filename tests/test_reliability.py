@@ -14,7 +14,7 @@ import pytest
 import thunder
 import torch
 
-from nvtx_regions import NvtxProfileTransform
+from nvtx_regions import NvtxProfileTransform, SelectorSyntaxError, parse
 from nvtx_regions.testing import unavailable_reason
 
 _KIT_DIR = str(Path(__file__).resolve().parent / "workers")
@@ -67,7 +67,7 @@ def test_failed_call_frees_its_tensors_once_the_exception_is_dropped(transformed
 
 GATED_FIRST = """
 import nvtx, thunder, torch
-from nvtx_regions import NvtxProfileTransform
+from nvtx_regions import NvtxProfileTransform, SelectorSyntaxError, parse
 from regions_kit import embed_net, emit, reports
 
 # The first range of the trace (the region, pushed by `enter`) is off until step 2.
@@ -108,3 +108,33 @@ def test_failed_call_whose_first_range_is_gated_off_pops_only_what_it_pushed():
     calls = call(0, False) + call(1, True) + call(2, False) + call(3, True)
     # A recovery that pops one too many closes "session" early.
     assert kit.captured(process, "d") == {out["tid"]: [(0, "session")] + kit.shifted(calls, 1)}
+
+
+# ---------------------------------------------------------------- 2. text NVTX cannot carry
+
+# Raw characters (the escaped ones are rows of tests/corpus/syntax_errors.json):
+# (text, column, message). The shown source line has U+FFFD in their place.
+RAW = [
+    ("op in <lin\x00ear>", 11, "spec text cannot contain U+0000 (NUL), where NVTX would cut the text short; remove it"),
+    ("op in <lin\x01ear>", 11, "a pattern cannot contain U+0001, a control character, which no op name holds; remove it"),
+    ("reads <t\x1b>", 9, "a pattern cannot contain U+001B, a control character, which no op name holds; remove it"),
+    ("all  # \ud800", 8, "spec text cannot contain U+D800, a lone surrogate, which is not text (NVTX takes UTF-8); remove it"),
+    ('"x\udc80": all', 3, "spec text cannot contain U+DC80, a lone surrogate, which is not text (NVTX takes UTF-8); remove it"),
+    ("all \x01", 5, 'expected "and", "or" or the end of the rule, got "U+0001"'),
+]
+
+
+@pytest.mark.parametrize("text,column,message", RAW, ids=[ascii(r[0]) for r in RAW])
+def test_raw_text_nvtx_cannot_carry_is_a_syntax_error_at_its_place(text, column, message):
+    with pytest.raises(SelectorSyntaxError) as info:
+        parse(text)
+    error = info.value
+    assert (error.lineno, error.offset, error.msg) == (1, column, message)
+    assert error.text == text.replace(text[column - 1], "\ufffd")
+    str(error).encode("utf-8")  # the error itself prints
+
+
+@pytest.mark.parametrize("select", ['"\\ud800": all', '"a\\u0000b": between first(all)..last(all)', "op in <lin\x00ear>"])
+def test_transform_refuses_text_nvtx_cannot_carry_when_created(select):
+    with pytest.raises(SelectorSyntaxError):
+        NvtxProfileTransform(select)
