@@ -15,6 +15,7 @@ import json
 import os
 import sys
 import time
+import warnings
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +28,7 @@ from thunder.core.transform_common import Transform
 
 from .check import RuleTally
 from .compile import CompiledSpec, compile_spec
-from .errors import SelectorError
+from .errors import NvtxRegionsWarning, SelectorError
 from .parse import combine, parse
 from .plan import Plan, make_plan
 from .runtime import DEFAULT_DOMAIN, Domain, Group, TraceRuntime, next_serial, rule_color
@@ -114,18 +115,50 @@ class NvtxProfileTransform(Transform):
         self.spec_path = None if spec is None else os.fspath(spec)
         self.domain_name = domain
         self.strict = bool(strict)
-        self.spec: Spec = combine(select, self.spec_path) or parse("all")
-        self.compiled: CompiledSpec = compile_spec(self.spec)
+        self._setup(combine(select, self.spec_path) or parse("all"))
+        if not self.spec.rules:
+            given = f"spec={self.spec_path!r}" if select is None else f"select={select!r}"
+            message = (
+                f"NvtxProfileTransform({given}): the spec has no rules, so no range will be emitted; "
+                "write 'all' for a range per op, or leave the transform out to profile nothing"
+            )
+            if self.strict:
+                raise SelectorError(message)
+            warnings.warn(message, NvtxRegionsWarning, stacklevel=2)
+
+    def _setup(self, spec: Spec) -> None:
+        """Compile `spec` and start with no traces seen (from `__init__` and from a copy)."""
+        self.spec: Spec = spec
+        self.compiled: CompiledSpec = compile_spec(spec)
         text = render(self.spec).replace("\n", "; ")
         if len(text) > 200:
             text = text[:200] + f"... ({len(self.spec.rules)} rules)"
         self._summary = json.dumps(text, ensure_ascii=False)  # for provenance
-        self.domain = Domain(domain)
+        self.domain = Domain(self.domain_name)
         self.reports: list[TraceReport] = []
         self._compilation: RuleTally | None = None
         self._last_forward: TraceView | None = None
         self._subgraphs: RuleTally | None = None
         self._checked_at = 0  # how many traces `check()` last covered
+        self._traces_seen = 0
+        self._copied = False  # set when this configuration is copied or pickled
+        _created.add(self)
+
+    # -- copies are configuration ---------------------------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy or pickle holds the configuration only: the parsed spec (a spec
+        file is not read again), domain and strictness. It starts unused, with
+        no reports, as if just created; the original keeps its own."""
+        self._copied = True
+        return {"select": self.select, "spec_path": self.spec_path, "domain": self.domain_name,
+                "strict": self.strict, "spec": self.spec}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.select, self.spec_path = state["select"], state["spec_path"]
+        self.domain_name, self.strict = state["domain"], state["strict"]
+        self._setup(state["spec"])
+        self._copied = True
 
     def __repr__(self) -> str:
         args = []
@@ -143,6 +176,7 @@ class NvtxProfileTransform(Transform):
 
     def transform_trace_post_optimization(self, trace: TraceCtx, **kwargs: Any) -> TraceCtx:
         started = time.perf_counter()
+        self._traces_seen += 1
         view = TraceView.from_trace(trace)
         if view.phase == "backward":
             # thunder transforms a compilation's backward right after its forward.
@@ -298,6 +332,43 @@ class NvtxProfileTransform(Transform):
         return annotated
 
 
+# Every transform alive, to tell at exit which ones thunder never called.
+_created: "weakref.WeakSet[NvtxProfileTransform]" = weakref.WeakSet()
+
+
+def _warn_never_called() -> None:
+    """At exit: warn once about transforms that are alive and were never handed a trace.
+
+    A transform held by nothing is gone by then (it was never attached, or
+    was dropped with its jitted function) and is not reported. A copy, or one
+    whose configuration was copied or pickled, is reported only when it sits
+    in a thunder.jit keyword that thunder ignores: another copy may have done the work.
+    """
+    described = []
+    for transform in list(_created):
+        if transform._traces_seen:
+            continue
+        attached = _attached_as(transform)
+        if attached:
+            described.append(f"{transform!r} (passed to thunder.jit({attached[0]}) as {attached[1]}=, which thunder ignores)")
+        elif not transform._copied:
+            described.append(repr(transform))
+    if not described:
+        return
+    unused, described = len(described), described[:5]
+    more = f" and {unused - 5} more" if unused > 5 else ""
+    warnings.warn(
+        f"thunder never handed a trace to {'; '.join(described)}{more}, so no NVTX range was emitted: "
+        "pass a transform as thunder.jit(model, transforms=[t]) "
+        "or thunder.core.transforms.add_transform(jitted, transform=t)",
+        NvtxRegionsWarning,
+        stacklevel=1,
+    )
+
+
+atexit.register(_warn_never_called)
+
+
 def _check_at_exit(ref: "weakref.ref[NvtxProfileTransform]") -> None:
     # ThunderFX gives no "all subgraphs compiled" moment; warn at exit rather than never.
     transform = ref()
@@ -334,3 +405,27 @@ def _backward_follows() -> bool:
             return frame.f_locals["backward_trc"] is not None
         frame = frame.f_back
     return True
+
+
+def _attached_as(transform: NvtxProfileTransform) -> tuple[str, str] | None:
+    """(function name, keyword) when `transform` sits in a thunder.jit compile option other than transforms=.
+
+    thunder 0.2.6 keeps ``thunder.jit``'s unknown keyword arguments in
+    ``CompileData.compile_options`` and never reads them. This looks for the
+    transform there (alone or in a list or tuple) through `gc.get_referrers`;
+    without this, the exit warning only lacks the function's name.
+    """
+    import gc
+
+    holders = [transform] + [r for r in gc.get_referrers(transform) if isinstance(r, (list, tuple))]
+    for holder in holders:
+        for options in gc.get_referrers(holder):
+            if not isinstance(options, dict):
+                continue
+            for owner in gc.get_referrers(options):
+                if type(owner).__name__ == "CompileData" and getattr(owner, "compile_options", None) is options:
+                    key = next((k for k, v in options.items() if v is holder), None)
+                    if key is not None:
+                        fn = getattr(owner, "fn", None)
+                        return getattr(fn, "__name__", type(fn).__name__), key
+    return None

@@ -5,8 +5,12 @@ copies is handled with a clear error instead of silently.
 
 from __future__ import annotations
 
+import copy
 import gc
+import pickle
+import subprocess
 import sys
+import warnings
 import weakref
 from pathlib import Path
 
@@ -14,7 +18,7 @@ import pytest
 import thunder
 import torch
 
-from nvtx_regions import NvtxProfileTransform, SelectorSyntaxError, parse
+from nvtx_regions import NvtxProfileTransform, NvtxRegionsWarning, SelectorError, SelectorSyntaxError, parse
 from nvtx_regions.testing import unavailable_reason
 
 _KIT_DIR = str(Path(__file__).resolve().parent / "workers")
@@ -67,7 +71,7 @@ def test_failed_call_frees_its_tensors_once_the_exception_is_dropped(transformed
 
 GATED_FIRST = """
 import nvtx, thunder, torch
-from nvtx_regions import NvtxProfileTransform, SelectorSyntaxError, parse
+from nvtx_regions import NvtxProfileTransform, NvtxRegionsWarning, SelectorError, SelectorSyntaxError, parse
 from regions_kit import embed_net, emit, reports
 
 # The first range of the trace (the region, pushed by `enter`) is off until step 2.
@@ -138,3 +142,97 @@ def test_raw_text_nvtx_cannot_carry_is_a_syntax_error_at_its_place(text, column,
 def test_transform_refuses_text_nvtx_cannot_carry_when_created(select):
     with pytest.raises(SelectorSyntaxError):
         NvtxProfileTransform(select)
+
+
+# ---------------------------------------------------------------- 3. silent nothing
+
+MISATTACHED = """
+import thunder, torch
+from nvtx_regions import NvtxProfileTransform
+m = torch.nn.Linear(4, 4)
+used = NvtxProfileTransform("op in <linear>", domain="used")
+wrong = NvtxProfileTransform("op in <linear>", domain="wrong")
+thunder.jit(m, transforms=[used])(torch.randn(2, 4))
+jitted = thunder.jit(m, post_optimization_transforms=[wrong])  # thunder 0.2.6 ignores this keyword
+jitted(torch.randn(2, 4))
+print("ran")
+"""
+
+
+def _python(code: str, *, stdin: str | None = None, args: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    argv = [sys.executable, *(("-c", code) if code else ()), *args]
+    return subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=300)
+
+
+def test_transform_thunder_never_called_is_named_at_exit_with_the_fix():
+    proc = _python(MISATTACHED)
+    assert proc.returncode == 0 and "ran" in proc.stdout, proc.stderr[-3000:]
+    warning = [line for line in proc.stderr.splitlines() if "NvtxRegionsWarning" in line]
+    assert len(warning) == 1, proc.stderr[-3000:]
+    (line,) = warning
+    assert "NvtxProfileTransform('op in <linear>', domain='wrong') (passed to thunder.jit(Linear) as post_optimization_transforms=" in line
+    assert "transforms=[t]" in line
+    assert "domain='used'" not in line
+
+
+@pytest.mark.parametrize("select", ["", "# only a comment\n\n"])
+def test_spec_without_rules_warns_and_strict_raises(select):
+    with pytest.warns(NvtxRegionsWarning, match="the spec has no rules, so no range will be emitted; write 'all'"):
+        NvtxProfileTransform(select)
+    with pytest.raises(SelectorError, match="the spec has no rules"):
+        NvtxProfileTransform(select, strict=True)
+
+
+def test_cli_check_of_an_empty_spec_fails_and_says_why(tmp_path):
+    empty = tmp_path / "empty.nvtx"
+    empty.write_text("# nothing yet\n")
+    proc = _python("", args=("-m", "nvtx_regions", "check", str(empty)))
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == f"{empty}: no rules (only blank lines and comments), so it selects nothing"
+
+
+def test_cli_check_reads_standard_input():
+    proc = _python("", args=("-m", "nvtx_regions", "check", "-"), stdin="a: op in <linear>\nall\n")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["<stdin>:1: a: op in <linear>", "<stdin>:2: all"]
+    bad = _python("", args=("-m", "nvtx_regions", "check", "-"), stdin="op in <linear\n")
+    assert bad.returncode == 1 and bad.stderr.startswith("<stdin>:1:14: ")
+
+
+def test_hints_for_the_printed_callable_name_and_for_a_decomposed_op():
+    jitted = thunder.jit(
+        kit.embed_net(), transforms=[NvtxProfileTransform("op in <torch.nn.functional.linear>\nop in <gelu>")]
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", NvtxRegionsWarning)
+        jitted(torch.randn(3, 8), torch.tensor([1, 2, 3]))
+    messages = [str(w.message) for w in caught if issubclass(w.category, NvtxRegionsWarning)]
+    assert len(messages) == 2, messages
+    linear, gelu = messages
+    assert linear.endswith("ops go by their symbol's name, not the callable the trace prints: write 'linear'")
+    assert gelu.endswith("thunder decomposes gelu into erf, mul, add, so no op is named 'gelu': select those ops")
+
+
+# ---------------------------------------------------------------- 6. a transform is configuration
+
+
+def _emitted(transform: NvtxProfileTransform) -> list:
+    jitted = thunder.jit(kit.embed_net(), transforms=[transform])
+    jitted(torch.randn(3, 8), torch.tensor([1, 2, 3])).sum().backward()
+    return [(r.phase, r.ranges_emitted) for r in transform.reports]
+
+
+def test_deepcopy_and_pickle_round_trip_before_and_after_use(tmp_path):
+    path = tmp_path / "spec.nvtx"
+    path.write_text("net: between first(op in <linear>)..last(op in <linear>)\n")
+    original = NvtxProfileTransform("op in <linear, embedding>", spec=path, domain="copies", strict=True)
+    before = [copy.deepcopy(original), pickle.loads(pickle.dumps(original))]
+    path.unlink()  # a copy carries the parsed spec, it does not read the file again
+    expected = _emitted(original)
+    assert [phase for phase, _ in expected] == ["forward", "backward"] and expected[0][1]
+    after = [copy.deepcopy(original), pickle.loads(pickle.dumps(original))]
+    for made in before + after:
+        assert repr(made) == repr(original)
+        assert made.reports == [] and made.domain is not original.domain
+        assert _emitted(made) == expected
+    assert len(original.reports) == 2  # the copies' calls are theirs
