@@ -191,7 +191,10 @@ def _span(first: int, last: int) -> int:
 
 
 def _conjuncts(expr: Expr) -> list[Expr]:
-    return list(expr.operands) if isinstance(expr, And) else [expr]
+    """The operands of a top-level `and`, with parenthesized `and`s inside it flattened."""
+    if not isinstance(expr, And):
+        return [expr]
+    return [part for operand in expr.operands for part in _conjuncts(operand)]
 
 
 class _Compiler:
@@ -266,7 +269,7 @@ class _Compiler:
         if isinstance(expr, (RankIn, Steps)):
             raise self.error(
                 f"{render(expr)!r} is decided at run time, so it can only be joined with 'and' "
-                "at the top of a rule (not under 'not', 'or' or first()/last()); "
+                "at the top of a rule (not under 'not', 'or', 'backward of' or first()/last()); "
                 f"write e.g. 'op in <linear> and {render(expr)}'"
             )
         raise TypeError(f"not a spec expression: {expr!r}")

@@ -236,3 +236,36 @@ def test_deepcopy_and_pickle_round_trip_before_and_after_use(tmp_path):
         assert made.reports == [] and made.domain is not original.domain
         assert _emitted(made) == expected
     assert len(original.reports) == 2  # the copies' calls are theirs
+
+
+# ---------------------------------------------------------------- 7. rough edges
+
+
+def test_parenthesized_and_of_gates_is_a_gate():
+    from nvtx_regions.compile import compile_spec
+
+    (nested,) = compile_spec(parse("op in <linear> and (steps 1..2 and rank in <0>)")).rules
+    (flat,) = compile_spec(parse("op in <linear> and steps 1..2 and rank in <0>")).rules
+    assert nested.gate == flat.gate and nested.gate.text() == "rank in <0> and steps 1..2"
+
+
+def test_gate_in_a_place_decided_per_op_names_the_place():
+    from nvtx_regions.compile import compile_spec
+
+    with pytest.raises(SelectorError, match=r"not under 'not', 'or', 'backward of' or first\(\)/last\(\)"):
+        compile_spec(parse("backward of (steps 1..2)"))
+
+
+def test_package_exports_and_lists_every_public_name():
+    import nvtx_regions
+    from nvtx_regions.compile import RegionOrderError
+
+    assert nvtx_regions.RegionOrderError is RegionOrderError and "RegionOrderError" in nvtx_regions.__all__
+    assert set(nvtx_regions.__all__) <= set(dir(nvtx_regions))
+
+
+def test_readme_thunderfx_line_imports_thunder_dynamo():
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    (bullet,) = [b for b in readme.split("\n- ") if b.startswith("ThunderFX:")]
+    # After a plain `import thunder`, thunder.dynamo is no attribute (thunder 0.2.6).
+    assert bullet.index("`import thunder.dynamo`") < bullet.index("thunder.dynamo.ThunderCompiler")
