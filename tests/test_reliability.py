@@ -269,3 +269,43 @@ def test_readme_thunderfx_line_imports_thunder_dynamo():
     (bullet,) = [b for b in readme.split("\n- ") if b.startswith("ThunderFX:")]
     # After a plain `import thunder`, thunder.dynamo is no attribute (thunder 0.2.6).
     assert bullet.index("`import thunder.dynamo`") < bullet.index("thunder.dynamo.ThunderCompiler")
+
+
+# ---------------------------------------------------------------- 4. two transforms on one domain
+
+TWO_TRANSFORMS = """
+import nvtx, thunder, torch
+from nvtx_regions import NvtxProfileTransform
+from regions_kit import embed_net, emit, reports
+
+# Their calls interleave without nesting: `head` (the first transform) ends
+# before the second transform's last range, and the embedding raises after
+# `head` ended, with two ranges of the second transform open.
+first = NvtxProfileTransform("head: between first(op in <linear>)..last(op in <erf>)", domain="d")
+second = NvtxProfileTransform("tail: between first(op in <embedding>)..last(op in <linear>)\\nop in <linear, embedding>", domain="d")
+jm = thunder.jit(embed_net(), transforms=[first, second])
+x = torch.randn(3, 8)
+good, bad = torch.tensor([1, 2, 3]), torch.tensor([1, 99, 3])
+d = nvtx.get_domain("d")
+d.push_range(d.get_event_attributes(message="session"))
+errors = []
+for step, ok in enumerate([False, True, False, True]):
+    try:
+        jm(x, good if ok else bad)
+    except IndexError:
+        errors.append(step)
+d.pop_range()
+emit(first=reports(first), second=reports(second), errors=errors)
+"""
+
+
+@needs_capture
+def test_two_transforms_on_one_domain_recover_each_its_own_ranges():
+    out, process = kit.run_captured(TWO_TRANSFORMS)
+    assert out["errors"] == [0, 2]
+    head = [m for _, m in kit.planned(out["first"][0])]
+    fc1, tail, emb, fc2 = (m for _, m in kit.planned(out["second"][0]))
+    assert (head, tail) == (["head"], "tail")
+    failed = [(0, "head"), (1, fc1), (0, "tail"), (1, emb)]
+    ok = failed + [(1, fc2)]
+    assert kit.captured(process, "d") == {out["tid"]: [(0, "session")] + kit.shifted(failed + ok + failed + ok, 1)}
