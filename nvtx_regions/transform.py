@@ -11,6 +11,7 @@ nothing is returned as is.
 from __future__ import annotations
 
 import atexit
+import collections
 import json
 import os
 import sys
@@ -38,6 +39,11 @@ from .tree import Spec, render
 __all__ = ["NvtxProfileTransform", "TraceReport"]
 
 _UNSET: Any = object()
+# Memory stays bounded however often thunder recompiles: a transform keeps the
+# reports of its latest traces, and the views of its latest ThunderFX subgraphs
+# for the hints of check(); counts of ranges cover every trace.
+REPORTS_KEPT = 100
+VIEWS_KEPT = 32
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,10 @@ class NvtxProfileTransform(Transform):
         strict: raise `SelectorError` instead of warning when a rule selects
             nothing.
 
+    `reports` holds a `TraceReport` for each of the latest `REPORTS_KEPT`
+    traces transformed. A copy (`copy.deepcopy`, `pickle`) is the
+    configuration only and starts with no reports.
+
     Raises `SelectorSyntaxError` for text that does not parse and
     `SelectorError` for a spec file that cannot be read, right here.
 
@@ -135,7 +145,9 @@ class NvtxProfileTransform(Transform):
             text = text[:200] + f"... ({len(self.spec.rules)} rules)"
         self._summary = json.dumps(text, ensure_ascii=False)  # for provenance
         self.domain = Domain(self.domain_name)
-        self.reports: list[TraceReport] = []
+        # The latest REPORTS_KEPT traces; check() counts every trace seen, in _ranges_seen.
+        self.reports: collections.deque[TraceReport] = collections.deque(maxlen=REPORTS_KEPT)
+        self._ranges_seen = [0] * len(self.compiled.rules)
         self._compilation: RuleTally | None = None
         self._last_forward: TraceView | None = None
         self._subgraphs: RuleTally | None = None
@@ -199,6 +211,7 @@ class NvtxProfileTransform(Transform):
                 view.name, view.phase, view.length, len(plan.ranges), plan.ranges_per_rule, seconds, plan, tuple(emitted)
             )
         )
+        self._ranges_seen = [a + b for a, b in zip(self._ranges_seen, plan.ranges_per_rule)]
         self._tally(trace, view, plan)
         return result
 
@@ -208,15 +221,14 @@ class NvtxProfileTransform(Transform):
         Under ThunderFX, call it after the first step (once every subgraph
         has compiled); elsewhere the check runs by itself per compilation.
         """
-        if not self.reports:
+        if not self._traces_seen:
             raise SelectorError("check(): this transform has not seen a trace yet; call the compiled function first")
-        self._checked_at = len(self.reports)
+        self._checked_at = self._traces_seen
         tally = RuleTally(self.compiled)
-        for report in self.reports:
-            tally.add(report.plan)
+        tally.ranges = list(self._ranges_seen)
         if self._subgraphs is not None:
-            tally.views = self._subgraphs.views
-        tally.report(strict=self.strict, where=f"any of the {len(self.reports)} traces seen")
+            tally.views = list(self._subgraphs.views)
+        tally.report(strict=self.strict, where=f"any of the {self._traces_seen} traces seen")
 
     # -- internals -------------------------------------------------------------
 
@@ -226,6 +238,8 @@ class NvtxProfileTransform(Transform):
                 self._subgraphs = RuleTally(self.compiled)
                 atexit.register(_check_at_exit, weakref.ref(self))
             self._subgraphs.add(plan, view)
+            # Views only feed the nearest-name hints; the latest ones are enough.
+            del self._subgraphs.views[:-VIEWS_KEPT]
             return
         if view.phase == "backward":
             tally = self._compilation or RuleTally(self.compiled)
@@ -372,7 +386,7 @@ atexit.register(_warn_never_called)
 def _check_at_exit(ref: "weakref.ref[NvtxProfileTransform]") -> None:
     # ThunderFX gives no "all subgraphs compiled" moment; warn at exit rather than never.
     transform = ref()
-    if transform is not None and len(transform.reports) > transform._checked_at:
+    if transform is not None and transform._traces_seen > transform._checked_at:
         try:
             transform.check()
         except SelectorError as error:

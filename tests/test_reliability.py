@@ -233,7 +233,7 @@ def test_deepcopy_and_pickle_round_trip_before_and_after_use(tmp_path):
     after = [copy.deepcopy(original), pickle.loads(pickle.dumps(original))]
     for made in before + after:
         assert repr(made) == repr(original)
-        assert made.reports == [] and made.domain is not original.domain
+        assert not made.reports and made.domain is not original.domain
         assert _emitted(made) == expected
     assert len(original.reports) == 2  # the copies' calls are theirs
 
@@ -309,3 +309,50 @@ def test_two_transforms_on_one_domain_recover_each_its_own_ranges():
     failed = [(0, "head"), (1, fc1), (0, "tail"), (1, emb)]
     ok = failed + [(1, fc2)]
     assert kit.captured(process, "d") == {out["tid"]: [(0, "session")] + kit.shifted(failed + ok + failed + ok, 1)}
+
+
+# ---------------------------------------------------------------- 5. bounded memory
+
+
+def _retained_bytes_per_compilation(transform: NvtxProfileTransform, forward, backward, first: int, last: int) -> float:
+    """Bytes that stay allocated per compilation between compilation `first` and `last`.
+
+    A compilation here is what thunder does at the end of each one: it hands
+    the transform the forward trace, then the backward. The traces it returns
+    are dropped, as thunder drops them with the compiled function, so what
+    stays is what the transform itself keeps.
+    """
+    import tracemalloc
+
+    def compile_once() -> None:
+        transform.transform_trace_post_optimization(forward)
+        transform.transform_trace_post_optimization(backward)
+
+    # Traced from the start: what is freed in the window must have been counted when allocated.
+    tracemalloc.start()
+    try:
+        for _ in range(first):
+            compile_once()
+        gc.collect()
+        start = tracemalloc.get_traced_memory()[0]
+        for _ in range(last - first):
+            compile_once()
+        gc.collect()
+        end = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    return (end - start) / (last - first)
+
+
+def test_memory_stays_bounded_over_a_thousand_recompilations():
+    from conftest import compiled
+
+    *_, forward, backward = compiled("mlp", None)
+    transform = NvtxProfileTransform("net: between first(op in <linear>)..last(op in <linear>)\nop in <linear>")
+    # Caches of thunder and nvtx fill during the first few hundred; then 1,000 recompilations.
+    per_compilation = _retained_bytes_per_compilation(transform, forward, backward, first=500, last=1500)
+    assert per_compilation < 64, f"{per_compilation:.0f} bytes kept per compilation"
+    assert len(transform.reports) == 100 and transform.reports[-1].phase == "backward"
+    # check() still counts every trace seen.
+    assert transform._traces_seen == 3000
+    transform.check()  # every rule selected something: no warning, no error
