@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from thunder.core.proxies import CollectionProxy, Proxy
 from thunder.core.trace import TraceTag
@@ -30,13 +30,25 @@ def is_compute(bsym) -> bool:
 
 
 class RefError(Exception):
-    """The reference's verdict that the spec must raise SelectorError on this trace."""
+    """The reference's verdict that the spec must raise SelectorError on this trace.
+
+    `kind` says which: "order" (a region ends before it starts: RegionOrderError)
+    or "overlap" (two regions overlap without nesting: any other SelectorError).
+    """
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(kind)
+        self.kind = kind
 
 
 @dataclass
 class Expected:
     op_ranges: list  # (bsym, bsym, message)
     region_ranges: list  # (first bsym, last bsym, message)
+    # Every range in the order its push runs: by first op; at the same op,
+    # regions before the op's own range, the longer region first, and regions
+    # of the same extent in rule order.
+    push_order: list = field(default_factory=list)
 
     @property
     def all(self):
@@ -100,7 +112,7 @@ class Reference:
         if s is None or e is None:
             return None
         if e < s:
-            raise RefError("region ends before it starts")
+            raise RefError("order")
         return s, e
 
     def holds(self, expr, i) -> bool:
@@ -157,10 +169,12 @@ class Reference:
         for (s1, e1), _ in regions:
             for (s2, e2), _ in regions:
                 if s1 < s2 <= e1 < e2:
-                    raise RefError("regions overlap without nesting")
+                    raise RefError("overlap")
+        ops = [(i, 1, -i, (self.ops[i], self.ops[i], one_line(self.ops[i]))) for i in sorted(op_ranges)]
+        spans = [(s, 0, -e, (self.ops[s], self.ops[e], label)) for (s, e), label in regions]
+        in_order = sorted(ops + spans, key=lambda item: item[:3])  # stable: same extent keeps rule order
         return Expected(
-            [(self.ops[i], self.ops[i], one_line(self.ops[i])) for i in sorted(op_ranges)],
-            [(self.ops[s], self.ops[e], label) for (s, e), label in regions],
+            [item[3] for item in ops], [item[3] for item in spans], [item[3] for item in in_order]
         )
 
 
@@ -169,7 +183,7 @@ def _point(point) -> str:
 
 
 def read_annotated(original, annotated):
-    """The ranges of an annotated trace as (first bsym inside, last bsym inside, message).
+    """The ranges of an annotated trace as (first bsym inside, last bsym inside, message), in push order.
 
     Asserts the structural promises: original bound symbols kept in order
     (by identity), balanced and nested pushes/pops, the first push enters and
@@ -192,15 +206,20 @@ def read_annotated(original, annotated):
         if not own:
             seen += 1
         elif "_push" in bsym.sym.name:
-            stack.append((seen, json.loads(bsym.args[1])))
+            stack.append((seen, json.loads(bsym.args[1]), len(ranges)))
+            ranges.append(None)  # filled at its pop
         else:
             assert stack, "pop without push"
-            first, message = stack.pop()
+            first, message, slot = stack.pop()
             assert seen > first, "empty range"
-            ranges.append((original.bound_symbols[first], original.bound_symbols[seen - 1], message))
+            ranges[slot] = (original.bound_symbols[first], original.bound_symbols[seen - 1], message)
     assert not stack, "pushes never popped"
     return ranges
 
 
 def as_keys(ranges):
     return sorted((id(a), id(b), m) for a, b, m in ranges)
+
+
+def in_order(ranges):
+    return [(id(a), id(b), m) for a, b, m in ranges]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import compiled
-from nvtx_regions import NvtxProfileTransform, NvtxRegionsWarning, SelectorError
+from nvtx_regions import NvtxProfileTransform, NvtxRegionsWarning, RegionOrderError, SelectorError
 from reference import one_line, read_annotated
 
 CASES = json.loads((Path(__file__).parent / "corpus/mlp_selections.json").read_text(encoding="utf-8"))["cases"]
@@ -27,9 +27,14 @@ def test_corpus_selection(case):
         warnings.simplefilter("ignore", NvtxRegionsWarning)
         transform = NvtxProfileTransform(case["spec"])
         if "error" in case:
-            with pytest.raises(SelectorError):
+            with pytest.raises(SelectorError) as raised:
                 transform.transform_trace_post_optimization(forward)
                 transform.transform_trace_post_optimization(backward)
+            if case["error"] == "RegionOrderError":
+                assert isinstance(raised.value, RegionOrderError), raised.value
+            else:
+                assert case["error"] == "overlap"
+                assert not isinstance(raised.value, RegionOrderError) and "overlap without nesting" in str(raised.value)
             return
         for trace, phase in ((forward, "forward"), (backward, "backward")):
             result = transform.transform_trace_post_optimization(trace)
