@@ -140,10 +140,12 @@ class Reference:
             return any(n in saved for n in self.reads(op))
         if isinstance(expr, T.Not):
             return not self.holds(expr.operand, i)
+        # Every operand is evaluated (no short circuit): a region that ends before
+        # it starts is an error wherever it stands, even where it cannot change the result.
         if isinstance(expr, T.And):
-            return all(self.holds(e, i) for e in expr.operands)
+            return all([self.holds(e, i) for e in expr.operands])
         if isinstance(expr, T.Or):
-            return any(self.holds(e, i) for e in expr.operands)
+            return any([self.holds(e, i) for e in expr.operands])
         raise TypeError(expr)
 
     def expected(self, spec: T.Spec) -> Expected:
