@@ -77,7 +77,8 @@ def check_against_reference(forward, backward, select: str) -> None:
             assert in_order(read_annotated(trace, result)) == in_order(expected.push_order)
 
 
-@pytest.mark.parametrize("select", SPECS)
+# Plain ids: spec text (newlines, brackets) does not survive a pytest node id on the command line.
+@pytest.mark.parametrize("select", SPECS, ids=[f"spec{n}" for n in range(len(SPECS))])
 def test_selection_matches_reference(config, select):
     *_, forward, backward = compiled(*config)
     check_against_reference(forward, backward, select)
