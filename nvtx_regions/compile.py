@@ -248,11 +248,11 @@ class _Compiler:
             parts = [self.expr(e) for e in expr.operands]
 
             def conjunction(view: TraceView) -> int:
+                # Every part, even once the mask is empty: a region that ends before it
+                # starts must raise wherever it stands, as it does under 'or'.
                 mask = view.everything
                 for part in parts:
                     mask &= part(view)
-                    if not mask:
-                        break
                 return mask
 
             return conjunction

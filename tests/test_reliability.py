@@ -18,7 +18,7 @@ import pytest
 import thunder
 import torch
 
-from nvtx_regions import NvtxProfileTransform, NvtxRegionsWarning, SelectorError, SelectorSyntaxError, parse
+from nvtx_regions import NvtxProfileTransform, NvtxRegionsWarning, RegionOrderError, SelectorError, SelectorSyntaxError, parse
 from nvtx_regions.testing import unavailable_reason
 
 _KIT_DIR = str(Path(__file__).resolve().parent / "workers")
@@ -71,7 +71,7 @@ def test_failed_call_frees_its_tensors_once_the_exception_is_dropped(transformed
 
 GATED_FIRST = """
 import nvtx, thunder, torch
-from nvtx_regions import NvtxProfileTransform, NvtxRegionsWarning, SelectorError, SelectorSyntaxError, parse
+from nvtx_regions import NvtxProfileTransform, NvtxRegionsWarning, RegionOrderError, SelectorError, SelectorSyntaxError, parse
 from regions_kit import embed_net, emit, reports
 
 # The first range of the trace (the region, pushed by `enter`) is off until step 2.
@@ -356,3 +356,18 @@ def test_memory_stays_bounded_over_a_thousand_recompilations():
     # check() still counts every trace seen.
     assert transform._traces_seen == 3000
     transform.check()  # every rule selected something: no warning, no error
+
+
+# ---------------------------------------------------------------- 9. found by the long run's fuzzing
+
+
+@pytest.mark.parametrize(
+    "select",
+    ["forward or between last(forward)..input", "forward and not forward and between last(forward)..input"],
+)
+def test_reversed_region_raises_wherever_it_stands(select):
+    from conftest import compiled
+
+    *_, forward, _backward = compiled("mlp", None)
+    with pytest.raises(RegionOrderError, match="ends at input .* before it starts at last\\(forward\\)"):
+        NvtxProfileTransform(select).transform_trace_post_optimization(forward)
