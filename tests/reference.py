@@ -151,7 +151,7 @@ class Reference:
     def expected(self, spec: T.Spec) -> Expected:
         op_ranges, regions = {}, []
         for rule in spec.rules:
-            conj = list(rule.expr.operands) if isinstance(rule.expr, T.And) else [rule.expr]
+            conj = _conjuncts(rule.expr)
             rest = [e for e in conj if not isinstance(e, (T.RankIn, T.Steps))]
             betweens = [e for e in rest if isinstance(e, T.Between)]
             phases = [e for e in rest if isinstance(e, (T.Forward, T.Backward))]
@@ -178,6 +178,13 @@ class Reference:
         return Expected(
             [item[3] for item in ops], [item[3] for item in spans], [item[3] for item in in_order]
         )
+
+
+def _conjuncts(expr) -> list:
+    """A rule's top-level `and` operands; a parenthesized `and` among them is the same conjunction."""
+    if not isinstance(expr, T.And):
+        return [expr]
+    return [part for operand in expr.operands for part in _conjuncts(operand)]
 
 
 def _point(point) -> str:
