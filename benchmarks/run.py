@@ -43,6 +43,7 @@ TARGET_RANGE_RATIO = 1 / 3  # ours / thunder's run-time cost per range
 TARGET_LINEARITY = 0.25  # |growth of transform time / growth of bsyms - 1|
 TARGET_RULE_US = 50.0  # parse + compile per rule
 TARGET_PLAN_US = 2.0  # plan per bound symbol per rule
+TARGET_FIXED_RATIO = 2.0  # our fixed cost per call / thunder's cost per range
 
 
 def machine() -> dict:
@@ -368,6 +369,37 @@ def report(results: dict, lang: list[dict], plan: dict, info: dict) -> tuple[str
             f"{plan['ranges']} ranges: **{per_bsym_rule:.2f} µs per bsym per rule** (fastest "
             f"{plan['min_seconds'] / plan['bsyms'] / plan['rules'] * 1e6:.2f}; target ≤ {TARGET_PLAN_US:.0f}: "
             f"{verdict(per_bsym_rule <= TARGET_PLAN_US)}).\n")
+
+    # 5. fixed cost per call
+    fixed = {mode: results[mode]["fixed_cost"] for mode in ("plain", "tool") if "fixed_cost" in results.get(mode, {})}
+    if fixed:
+        out("## 5. Fixed cost per call of a trace\n")
+        out("A one-op function (`x * 2`, 4 floats) with our transform selecting its one op: the only range is "
+            "pushed by `enter` and popped by the exit line, so the overhead against no transform is the fixed "
+            "cost per call. thunder's transform on the same function gives its cost per range (push + pop). The "
+            "computation functions are called directly (no prologue); CPU time per call, median over rounds of "
+            "paired differences (see benchmarks/fixed_cost.py).\n")
+        out("| tool | rounds × calls | none (ns/call) | ours, fixed (ns/call) [90%] | thunder, per range (ns) [90%] | "
+            f"ours / thunder [90%] | target ≤ {TARGET_FIXED_RATIO:.0f} |")
+        out("|---|---|---|---|---|---|---|")
+        for mode, f in fixed.items():
+            times = f["ns"]["cpu"]
+            rounds = len(times["none"])
+            ours = stats.paired_ns(times, "ours")
+            theirs = stats.paired_ns(times, "thunder")
+            ours_ci = stats.bootstrap(lambda i: stats.paired_ns(times, "ours", indexes=i), rounds)
+            theirs_ci = stats.bootstrap(lambda i: stats.paired_ns(times, "thunder", indexes=i), rounds)
+            value = ours / theirs if theirs else math.inf
+            ratio_ci = stats.bootstrap(
+                lambda i: stats.paired_ns(times, "ours", indexes=i) / (stats.paired_ns(times, "thunder", indexes=i) or math.nan),
+                rounds,
+            )
+            targets[f"fixed_ns_{mode}"] = ours
+            targets[f"fixed_ratio_{mode}"] = value
+            out(f"| {'attached (count mode)' if mode == 'tool' else 'none'} | {rounds} × {f['batch']} | "
+                f"{stats.median(times['none']):.0f} | {ours:.0f} {fmt_ci(ours_ci)} | {theirs:.0f} {fmt_ci(theirs_ci)} | "
+                f"{value:.2f} {fmt_ci(ratio_ci, 2)} | {verdict(value <= TARGET_FIXED_RATIO)} |")
+        out("")
     return "\n".join(lines), {"targets": targets}
 
 

@@ -279,6 +279,13 @@ def main() -> None:
     for layers in sizes:
         out["sizes"].append(measure_size(args.mode, layers, args))
         Path(args.out).write_text(json.dumps(out))
+    if args.mode in ("plain", "tool"):
+        import fixed_cost
+
+        with locked(args.lock, exclusive=True):
+            log(args.mode, "fixed cost per call")
+            out["fixed_cost"] = fixed_cost.measure(10 if args.smoke else 200, 50 if args.smoke else 400)
+        Path(args.out).write_text(json.dumps(out))
     if args.transform_inputs:
         with locked(args.lock, exclusive=True):
             log(args.mode, f"transform reruns over sizes {list(args.transform_inputs)}")

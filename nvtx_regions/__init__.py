@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .compile import RegionOrderError
 from .errors import NvtxRegionsWarning, SelectorError, SelectorSyntaxError
 from .parse import load, parse
 from .tree import render
@@ -28,6 +29,7 @@ __all__ = [
     "render",
     "SelectorError",
     "SelectorSyntaxError",
+    "RegionOrderError",
     "NvtxRegionsWarning",
 ]
 
@@ -43,3 +45,8 @@ def __getattr__(name: str) -> Any:
 
         return explain
     raise AttributeError(f"module 'nvtx_regions' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    # The lazily imported names are attributes too, though not yet in globals().
+    return sorted(set(globals()) | set(__all__))

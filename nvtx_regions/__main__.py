@@ -1,6 +1,7 @@
 """Command line: check spec files, print the grammar, and look at ranges before the GPU run.
 
     nvtx-regions check regions.nvtx [more.nvtx ...]   # or: python -m nvtx_regions check ...
+    nvtx-regions check -                              # the spec on standard input
     nvtx-regions grammar
     nvtx-regions capture -o timeline.json -- python train.py     # nvtx_regions/capture_command.py
     nvtx-regions nsys regions.nvtx -- python train.py            # nvtx_regions/nsys.py
@@ -15,7 +16,7 @@ import sys
 
 from .compile import compile_spec
 from .errors import SelectorError
-from .parse import grammar_resource, grammar_text, load
+from .parse import grammar_resource, grammar_text, load, parse
 from .tree import render
 
 
@@ -47,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="nvtx-regions", description="Check nvtx_regions spec files; see and summarize NVTX ranges before the GPU run.")
     commands = parser.add_subparsers(dest="command", required=True)
     check = commands.add_parser("check", help="parse and compile .nvtx files; print each rule in canonical form")
-    check.add_argument("files", nargs="+")
+    check.add_argument("files", nargs="+", help='.nvtx files; "-" reads the spec from standard input')
     commands.add_parser("grammar", help="print the grammar (the one definition of the syntax)")
     for name, (_, text) in RUNNERS.items():
         commands.add_parser(name, help=f"{text} (nvtx-regions {name} --help)")
@@ -70,14 +71,18 @@ def main(argv: list[str] | None = None) -> int:
     status = 0
     for path in args.files:
         try:
-            spec = load(path)
+            spec = parse(sys.stdin.read(), filename="<stdin>") if path == "-" else load(path)
             compile_spec(spec)
         except SelectorError as error:
             print(error, file=sys.stderr)
             status = 1
             continue
+        if not spec.rules:
+            print(f"{spec.filename}: no rules (only blank lines and comments), so it selects nothing", file=sys.stderr)
+            status = 1
+            continue
         for rule in spec.rules:
-            print(f"{path}:{rule.line}: {render(rule)}")
+            print(f"{spec.filename}:{rule.line}: {render(rule)}")
     return status
 
 

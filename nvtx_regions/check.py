@@ -20,7 +20,27 @@ from .traceview import TraceView
 from .modules import class_matcher, path_matcher
 from .tree import ClassIn, EachClass, EachModule, ModuleIn, OpIn, Proxy, Reads, Source, walk
 
-__all__ = ["RuleTally"]
+__all__ = ["RuleTally", "op_hint"]
+
+# Ops that thunder 0.2.6 decomposes before the trace a transform sees, so that
+# their name is in no trace: name -> the ops that run instead.
+DECOMPOSED = {"gelu": ("erf", "mul", "add")}
+# The one place for a selection that covers a decomposed op as a whole, named
+# in its hint: e.g. "gelu": "class <GELU>" once module selection exists.
+WHOLE_SELECTION: dict[str, str] = {"gelu": "class <GELU> (the GELU modules' ops)"}
+
+
+def op_hint(glob: str, op_names: list[str]) -> str:
+    """Advice for an op pattern that matches nothing: the op's name in the trace, or why it has none."""
+    last = glob.rsplit(".", 1)[-1]
+    if last != glob and any(fnmatch.fnmatchcase(name, last) for name in op_names):
+        # The printed trace calls e.g. torch.nn.functional.linear; the op is named linear.
+        return f"; ops go by their symbol's name, not the callable the trace prints: write {last!r}"
+    if glob in DECOMPOSED:
+        parts = ", ".join(DECOMPOSED[glob])
+        alternative = f", or write {WHOLE_SELECTION[glob]}" if glob in WHOLE_SELECTION else ""
+        return f"; thunder decomposes {glob} into {parts}, so no op is named {glob!r}: select those ops{alternative}"
+    return ""
 
 
 @dataclass
@@ -70,7 +90,7 @@ class RuleTally:
             elif isinstance(part, OpIn):
                 for glob in part.globs:
                     if not any(fnmatch.fnmatchcase(name, glob) for name in op_names):
-                        notes.append(self._missing(f"op {glob!r}", glob, op_names))
+                        notes.append(self._missing(f"op {glob!r}", glob, op_names) + op_hint(glob, op_names))
             elif isinstance(part, (ModuleIn, EachModule, ClassIn, EachClass)):
                 notes.extend(self._module_reasons(part))
             elif isinstance(part, Source):

@@ -279,7 +279,10 @@ def _span(first: int, last: int) -> int:
 
 
 def _conjuncts(expr: Expr) -> list[Expr]:
-    return list(expr.operands) if isinstance(expr, And) else [expr]
+    """The operands of a top-level `and`, with parenthesized `and`s inside it flattened."""
+    if not isinstance(expr, And):
+        return [expr]
+    return [part for operand in expr.operands for part in _conjuncts(operand)]
 
 
 class _Compiler:
@@ -341,11 +344,11 @@ class _Compiler:
             parts = [self.expr(e) for e in expr.operands]
 
             def conjunction(view: TraceView) -> int:
+                # Every part, even once the mask is empty: a region that ends before it
+                # starts must raise wherever it stands, as it does under 'or'.
                 mask = view.everything
                 for part in parts:
                     mask &= part(view)
-                    if not mask:
-                        break
                 return mask
 
             return conjunction
@@ -362,7 +365,7 @@ class _Compiler:
         if isinstance(expr, (RankIn, Steps)):
             raise self.error(
                 f"{render(expr)!r} is decided at run time, so it can only be joined with 'and' "
-                "at the top of a rule (not under 'not', 'or' or first()/last()); "
+                "at the top of a rule (not under 'not', 'or', 'backward of' or first()/last()); "
                 f"write e.g. 'op in <linear> and {render(expr)}'"
             )
         raise TypeError(f"not a spec expression: {expr!r}")

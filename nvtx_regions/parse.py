@@ -115,11 +115,55 @@ class _SourceError(Exception):
 
 def _string(token: Token) -> str:
     try:
-        return json.loads(token)
+        text = json.loads(token)
     except json.JSONDecodeError as error:
         raise _SourceError(
             f"bad escape in string ({error.msg.lower()}); use \\\" \\\\ \\n \\t or \\uXXXX", token
         ) from None
+    bad = _UNCARRIED.search(text)
+    if bad is not None:
+        raise _SourceError(f"this escape gives {_describe_char(bad.group())}; remove it", _escape_of(token, bad.start()))
+    return text
+
+
+# Text that NVTX cannot carry exactly: a NUL (NVTX messages are C strings, cut
+# at the first NUL) and lone surrogates (no UTF-8 encoding: the nvtx package
+# raises at the first call). An op name never holds a control character, so a
+# pattern may not hold one either.
+_UNCARRIED = re.compile("[\x00\ud800-\udfff]")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+_UNPRINTABLE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\ud800-\udfff]")
+_STRING_PIECE = re.compile(r'\\u[0-9a-fA-F]{4}|\\.|[^\\]')
+
+
+def _describe_char(char: str) -> str:
+    code = f"U+{ord(char):04X}"
+    if "\ud800" <= char <= "\udfff":
+        return f"{code}, a lone surrogate, which is not text (NVTX takes UTF-8)"
+    if char == "\x00":
+        return f"{code} (NUL), where NVTX would cut the text short"
+    return f"{code}, a control character, which no op name holds"
+
+
+def _escape_of(token: Token, index: int) -> Token:
+    """The piece of `token` (for a STRING, an escape or a character) that gives character `index` of its text."""
+    if token.type != "STRING":
+        return Token(token.type, str(token)[index], start_pos=token.start_pos + index)
+    body = str(token)[1:-1]
+    for piece in _STRING_PIECE.finditer(body):
+        if len(json.loads('"' + body[: piece.end()] + '"')) > index:
+            return Token(token.type, piece.group(), start_pos=token.start_pos + 1 + piece.start())
+    return token
+
+
+def _check_source(text: str) -> None:
+    """Raise `_SourceError` at the first NUL or lone surrogate in the raw text (see above)."""
+    bad = _UNCARRIED.search(text)
+    if bad is not None:
+        raise _SourceError(
+            f"spec text cannot contain {_describe_char(bad.group())}; remove it",
+            Token("CHAR", bad.group(), start_pos=bad.start()),
+        )
 
 
 def _text(token: Token) -> str:
@@ -132,6 +176,12 @@ def _patterns(tokens: list[Token]) -> tuple[str, ...]:
         text = _text(token)
         if not text:
             raise _SourceError("an empty pattern matches nothing; remove it or write a name", token)
+        control = _CONTROL.search(text)
+        if control is not None:
+            raise _SourceError(
+                f"a pattern cannot contain {_describe_char(control.group())}; remove it",
+                _escape_of(token, control.start()),
+            )
         patterns.append(text)
     return tuple(patterns)
 
@@ -313,7 +363,7 @@ def _got(token: Token) -> str:
         return "end of input"
     if token.type == "_NL":
         return "end of line"
-    return f'"{token}"'
+    return '"' + _UNPRINTABLE.sub(lambda m: f"U+{ord(m.group()):04X}", str(token)) + '"'
 
 
 _WORD_AT = re.compile(r'[^\s,<>()";#]+')
@@ -353,7 +403,8 @@ def _syntax_error(message: str, *, source: str, filename: str, pos: int, width: 
     line_start = source.rfind("\n", 0, pos) + 1
     line_end = source.find("\n", pos)
     line_end = len(source) if line_end == -1 else line_end
-    text = source[line_start:line_end].rstrip("\r")
+    # Shown, not parsed: what would garble or fail to print becomes U+FFFD, one column each.
+    text = _UNPRINTABLE.sub("\ufffd", source[line_start:line_end].rstrip("\r"))
     lineno = source.count("\n", 0, pos) + 1
     offset = pos - line_start + 1
     return SelectorSyntaxError(
@@ -369,8 +420,13 @@ def _convert(error: Exception, source: str, filename: str) -> SelectorSyntaxErro
         )
     if isinstance(error, lark.exceptions.UnexpectedCharacters):
         char = source[error.pos_in_stream]
+        if _UNPRINTABLE.match(char):
+            char = f"U+{ord(char):04X}"
         expected = set(error.allowed or ())
-        message = f'unexpected character "{char}"; expected {_alternatives(expected)}{_closing_hint(expected)}'
+        if char == '"':
+            message = 'this string is not closed; end it with " on the same line'
+        else:
+            message = f'unexpected character "{char}"; expected {_alternatives(expected)}{_closing_hint(expected)}'
         return _syntax_error(message, source=source, filename=filename, pos=error.pos_in_stream)
     if isinstance(error, lark.exceptions.UnexpectedToken):
         token = error.token
@@ -395,10 +451,7 @@ def _convert(error: Exception, source: str, filename: str) -> SelectorSyntaxErro
                 message, source=source, filename=filename, pos=word_pos, width=len(word.group(1)) if word else 1
             )
         return _syntax_error(message, source=source, filename=filename, pos=pos, width=width)
-    if isinstance(error, lark.exceptions.UnexpectedEOF):
-        expected = set(error.expected)
-        message = f"expected {_alternatives(expected)}{_closing_hint(expected)}, got end of input"
-        return _syntax_error(message, source=source, filename=filename, pos=len(source))
+    # No UnexpectedEOF: lark raises it from Earley only; LALR reports the end as an UnexpectedToken "$END".
     raise error
 
 
@@ -412,6 +465,7 @@ def parse(text: str, *, filename: str = "<select>") -> Spec:
         raise TypeError(f"a spec is text (str), not {type(text).__name__}")
     parser = _parser()
     try:
+        _check_source(text)
         rules = parser.parse(text)
     except (lark.exceptions.LarkError, _SourceError) as error:
         raise _convert(error, text, filename) from None

@@ -3,36 +3,44 @@ recovery of the NVTX stack after an op raised.
 
 The per-range path pushes no Python frame. A push line in the trace reads
 
-    nvtx_regions_3_push_0(nvtx_regions_3_attr_17, nvtx_regions_3_domain)  # "t5 = ltorch.linear(...)"
+    nvtx_regions_3_push_0(nvtx_regions_3_attr_17, nvtx_regions_3_domain); nvtx_regions_3_open.append(0)  # "t5 = ltorch.linear(...)"
 
-where all three names are globals of the generated function: the nvtx
+where the first three names are globals of the generated function: the nvtx
 package's C function ``push_range``, prebuilt `EventAttributes` with a
 registered string, and the domain's C handle. Pops read
-``nvtx_regions_3_pop_0(nvtx_regions_3_domain)``. With no NVTX tool attached
+``nvtx_regions_3_pop_0(nvtx_regions_3_domain); nvtx_regions_3_open.pop()``.
+With no NVTX tool attached
 the nvtx package hands out a dummy domain, and push and pop are C no-ops.
 
-The first push of a trace and its last pop are Python calls instead:
-`TraceRuntime.enter` and `TraceRuntime.exit`, once per call of the trace, so
-that the trace gains exactly two bound symbols per range. `enter`:
+Each call records its own progress in a list that is a local of the
+generated function (the *progress* list): every push line appends its group's
+number, every pop line pops one, both plain C calls on a list. So the list
+always holds the ranges the call has open, and a call that raised leaves
+behind exactly what must be popped, without anyone keeping its frame (and with
+it the call's tensors) alive.
+
+The trace's first push is `TraceRuntime.enter`, a Python call once per call of
+the trace, which returns the progress list. The last pop removes the list from
+this thread's calls in flight, again with C calls only. So the trace gains
+exactly two bound symbols per range. `enter`:
 - pops the ranges that a previous call on this thread, of any trace with the
-  same NVTX domain, left open when an op raised (it finds the failing line in
-  that call's frame and counts the push and pop lines before it). Any trace:
-  after an error the next call often compiles anew (another batch size), and
-  NVTX stacks are per thread and domain, not per trace;
+  same NVTX domain, left open when an op raised (the progress lists of calls
+  that never ended and are no longer executing). Any trace: after an error the
+  next call often compiles anew (another batch size), and NVTX stacks are per
+  thread and domain, not per trace;
 - for gated rules (``rank in <...>``, ``steps a..b``), decides which ranges are
   on for this call and swaps the push/pop globals between nvtx's functions
-  and C-level no-ops. A gated-off range costs one call of a C builtin.
+  and C-level no-ops. A gated-off range costs one call of a C builtin, plus
+  its progress entry.
 """
 
 from __future__ import annotations
 
-import dis
 import itertools
 import os
 import sys
 import threading
 from dataclasses import dataclass
-from types import CodeType, FrameType
 from typing import Any
 
 from .compile import Gate
@@ -124,19 +132,36 @@ class Group:
         return self.gate is None or any(g.is_open(rank, step) for g in self.gate)
 
 
-@dataclass
-class _Call:
-    """A call of a transformed trace that has entered and not exited."""
+class Progress(list):
+    """The ranges one call of a transformed trace has open: one group number per range.
+
+    It is a local of the generated function, so it lives as long as the call's
+    frame and no longer. Exactly one thread appends to it.
+    """
+
+    __slots__ = ("runtime", "calls", "live")
+    # The last pop finds this call among the calls in flight with list.remove,
+    # which compares with ==: a call is equal only to itself, not to another
+    # call with the same ranges open.
+    __eq__ = object.__eq__
+    __hash__ = None  # type: ignore[assignment]
 
     runtime: TraceRuntime
-    frame: FrameType
-    live_names: frozenset[str]  # push/pop globals not gated off in this call
-    first_push_live: bool  # whether `enter` pushed a range
+    calls: list[Progress]  # this thread's calls in flight in the domain, outermost first
+    live: tuple[bool, ...]  # per group: on in this call (gates are decided when it starts)
 
 
-# Per thread: NVTX domain name -> the calls in flight there, outermost first.
-# A call that raised stays here until the next `enter` on the thread and domain.
-_in_flight = threading.local()
+_thread_states: dict[str | None, threading.local] = {}
+_thread_states_lock = threading.Lock()
+
+
+def _thread_state(domain: str | None) -> threading.local:
+    """Per thread, for one NVTX domain name: ``.calls``, the `Progress` of the calls in flight.
+
+    A call that raised stays there until the next `enter` on the thread and domain.
+    """
+    with _thread_states_lock:
+        return _thread_states.setdefault(domain, threading.local())
 
 
 class TraceRuntime:
@@ -149,19 +174,27 @@ class TraceRuntime:
     """
 
     def __init__(
-        self, domain: Domain, groups: list[Group], *, enter_name: str, exit_name: str, domain_name: str
+        self,
+        domain: Domain,
+        groups: list[Group],
+        *,
+        enter_name: str,
+        exit_name: str,
+        domain_name: str,
+        progress_name: str,
     ) -> None:
         self.domain = domain
         self.domain_name = domain_name  # the global that holds the domain argument
+        self.progress_name = progress_name  # the local that holds the call's `Progress`
         self._push, self._pop, self._domain_arg = _push_pop(domain.handle)
-        self.groups = groups
+        self._state = _thread_state(domain.name)
+        self.groups = groups  # groups[0] holds the trace's first range: `enter` pushes it
         # The lines that call enter/exit also push/pop a range of these groups.
         self.enter_name, self.exit_name = enter_name, exit_name
         self._gated = [g for g in groups if g.gate is not None]
         self._open = {g.push_name: False for g in self._gated}
-        self._live_names = self._live()  # changes only when a gate opens or closes
+        self._live = self._live_flags()  # changes only when a gate opens or closes
         self._calls = itertools.count()
-        self._lines: dict[CodeType, dict[str, list[int]]] = {}
 
     def initial_globals(self) -> dict[str, Any]:
         """Globals the generated function starts with (gated groups start closed)."""
@@ -172,30 +205,26 @@ class TraceRuntime:
             values[group.pop_name] = self._pop if on else _SKIP_POP
         return values
 
-    def enter(self, function_globals: dict[str, Any], attributes: Any, push_name: str) -> None:
-        """Start a call: recover, apply gates, then push the trace's first range."""
-        calls: list[_Call] = _in_flight.__dict__.setdefault(self.domain.name, [])
+    def enter(self, function_globals: dict[str, Any], attributes: Any) -> Progress:
+        """Start a call: recover, apply gates, push the trace's first range; return the call's progress."""
+        state = self._state
+        try:
+            calls = state.calls
+        except AttributeError:  # first call on this thread in this domain
+            calls = state.calls = []
         if calls:
             _recover(calls)
         if self._gated:
             self._apply_gates(function_globals)
-        live_names = self._live_names
-        calls.append(_Call(self, sys._getframe(1), live_names, push_name in live_names))
-        function_globals[push_name](attributes, self._domain_arg)
+        progress = Progress((0,))
+        progress.runtime, progress.calls, progress.live = self, calls, self._live
+        calls.append(progress)
+        function_globals[self.groups[0].push_name](attributes, self._domain_arg)
+        return progress
 
-    def exit(self, function_globals: dict[str, Any], pop_name: str) -> None:
-        """End a call: pop the trace's last range."""
-        function_globals[pop_name](self._domain_arg)
-        _in_flight.__dict__[self.domain.name].pop()
-
-    def _live(self) -> frozenset[str]:
-        """The push/pop globals that are not gated off now."""
-        return frozenset(
-            name
-            for g in self.groups
-            if g.gate is None or self._open[g.push_name]
-            for name in (g.push_name, g.pop_name)
-        )
+    def _live_flags(self) -> tuple[bool, ...]:
+        """Per group: whether it is not gated off now."""
+        return tuple(g.gate is None or self._open[g.push_name] for g in self.groups)
 
     def _apply_gates(self, function_globals: dict[str, Any]) -> None:
         step = next(self._calls)
@@ -209,56 +238,41 @@ class TraceRuntime:
                 function_globals[group.pop_name] = self._pop if now else _SKIP_POP
                 changed = True
         if changed:
-            self._live_names = self._live()
-
-    def _left_open(self, code: CodeType, failed_line: int, call: _Call) -> int:
-        """How many ranges `call`, which raised on `failed_line` of `code`, left open."""
-        lines = self._call_lines(code)
-        left_open = 0
-        for group in self.groups:
-            if group.push_name in call.live_names:
-                left_open += sum(1 for line in lines.get(group.push_name, ()) if line < failed_line)
-                left_open -= sum(1 for line in lines.get(group.pop_name, ()) if line < failed_line)
-        # The enter line pushed (it raised nothing: we are past it); the exit line was not reached.
-        return left_open + call.first_push_live
-
-    def _call_lines(self, code: CodeType) -> dict[str, list[int]]:
-        """Global name -> source lines where the generated function loads it."""
-        if code not in self._lines:
-            lines: dict[str, list[int]] = {}
-            current = 0
-            for instruction in dis.get_instructions(code):
-                # 3.13 made starts_line a bool and added line_number.
-                line = instruction.line_number if _LINE_NUMBER else instruction.starts_line
-                if line is not None:
-                    current = line
-                if instruction.opname == "LOAD_GLOBAL":
-                    lines.setdefault(instruction.argval, []).append(current)
-            self._lines[code] = lines
-        return self._lines[code]
+            self._live = self._live_flags()
 
 
-_LINE_NUMBER = sys.version_info >= (3, 13)
-
-
-def _recover(calls: list[_Call]) -> None:
+def _recover(calls: list[Progress]) -> None:
     """Pop what the calls in `calls` that raised left open, newest first, and forget them.
 
     A call still executing (an outer call on this thread: `enter` ran inside
-    it) is no failed one; it and the calls before it stay.
+    it, or another transform's `enter` earlier in the same call) is no failed
+    one; it and the calls before it stay.
     """
     while calls:
-        call = calls[-1]
-        frame = call.frame
-        code, failed_line = frame.f_code, frame.f_lineno
-        try:
-            frame.clear()  # also frees the failed call's tensors now
-        except RuntimeError:  # still executing
+        progress = calls[-1]
+        if _executing(progress):
             return
         calls.pop()
-        pop = call.runtime.domain.handle.pop_range
-        for _ in range(call.runtime._left_open(code, failed_line, call)):
-            pop()
+        runtime = progress.runtime
+        live = progress.live
+        for group in progress:
+            if live[group]:
+                runtime._pop(runtime._domain_arg)
+
+
+def _executing(progress: Progress) -> bool:
+    """Whether the call that owns `progress` is on this thread's stack.
+
+    Only the frames of generated functions that have the progress local are
+    looked into; this runs only when a call starts while another is in flight.
+    """
+    name = progress.runtime.progress_name
+    frame = sys._getframe(2)
+    while frame is not None:
+        if name in frame.f_code.co_varnames and frame.f_locals.get(name) is progress:
+            return True
+        frame = frame.f_back
+    return False
 
 
 _serials = itertools.count()

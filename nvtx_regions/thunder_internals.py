@@ -27,7 +27,10 @@ from typing import Any
 
 from .modules import Chain, ModuleCall
 
-__all__ = ["AttributedFilename", "install_module_recorder", "recorded_chain", "recorded_classes"]
+__all__ = [
+    "AttributedFilename", "install_module_recorder", "recorded_chain", "recorded_classes",
+    "is_thunderfx_subgraph", "backward_follows", "attached_as",
+]  # fmt: skip
 
 
 class AttributedFilename(str):
@@ -229,4 +232,63 @@ def recorded_classes(bsym: Any) -> dict[str, str] | None:
         found = recorded_classes(sub)
         if found is not None:
             return found
+    return None
+
+
+# -- compile-time context (moved here from transform.py) ---------------------
+
+
+def is_thunderfx_subgraph() -> bool:
+    """True while thunder compiles a subgraph that ThunderFX split out of a torch.compile graph.
+
+    thunder 0.2.6: the compile data's ``fn`` is then a ``torch.fx.GraphModule``.
+    Without it, the "selected nothing" check would run per subgraph.
+    """
+    from thunder.core.compile_data import get_compile_data
+
+    cd = get_compile_data()
+    fx = sys.modules.get("torch.fx")
+    return cd is not None and fx is not None and isinstance(getattr(cd, "fn", None), fx.GraphModule)
+
+
+def backward_follows() -> bool:
+    """Whether thunder will hand this transform a backward trace after this forward.
+
+    thunder 0.2.6 calls post-optimization transforms from
+    ``apply_transforms_and_build_cache_entry`` with the backward trace in a
+    local; a forward tagged AUGMENTED_FORWARD under ``torch.no_grad`` gets
+    none. If that frame is not found, assume a backward follows (the check
+    then runs at the next compilation instead).
+    """
+    frame = sys._getframe(1)
+    for _ in range(8):
+        if frame is None:
+            break
+        if frame.f_code.co_name == "apply_transforms_and_build_cache_entry" and "backward_trc" in frame.f_locals:
+            return frame.f_locals["backward_trc"] is not None
+        frame = frame.f_back
+    return True
+
+
+def attached_as(transform: Any) -> tuple[str, str] | None:
+    """(function name, keyword) when `transform` sits in a thunder.jit compile option other than transforms=.
+
+    thunder 0.2.6 keeps ``thunder.jit``'s unknown keyword arguments in
+    ``CompileData.compile_options`` and never reads them. This looks for the
+    transform there (alone or in a list or tuple) through `gc.get_referrers`;
+    without this, the exit warning only lacks the function's name.
+    """
+    import gc
+
+    holders = [transform] + [r for r in gc.get_referrers(transform) if isinstance(r, (list, tuple))]
+    for holder in holders:
+        for options in gc.get_referrers(holder):
+            if not isinstance(options, dict):
+                continue
+            for owner in gc.get_referrers(options):
+                if type(owner).__name__ == "CompileData" and getattr(owner, "compile_options", None) is options:
+                    key = next((k for k, v in options.items() if v is holder), None)
+                    if key is not None:
+                        fn = getattr(owner, "fn", None)
+                        return getattr(fn, "__name__", type(fn).__name__), key
     return None

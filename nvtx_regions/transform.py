@@ -11,10 +11,12 @@ nothing is returned as is.
 from __future__ import annotations
 
 import atexit
+import collections
 import json
 import os
 import sys
 import time
+import warnings
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -27,12 +29,15 @@ from thunder.core.transform_common import Transform
 
 from .check import RuleTally
 from .compile import CompiledSpec, compile_spec
-from .errors import SelectorError
+from .errors import NvtxRegionsWarning, SelectorError
 from .parse import combine, parse
 from .plan import Plan, make_plan
 from .modules import chain_message
 from .runtime import DEFAULT_DOMAIN, Domain, Group, TraceRuntime, next_serial, rule_color
+from .thunder_internals import attached_as as _attached_as
+from .thunder_internals import backward_follows as _backward_follows
 from .thunder_internals import install_module_recorder
+from .thunder_internals import is_thunderfx_subgraph as _is_thunderfx_subgraph
 from .traceview import TraceView
 from .tree import Spec, render
 
@@ -45,6 +50,11 @@ MESSAGE_STYLES = ("python", "module")
 __all__ = ["NvtxProfileTransform", "TraceReport"]
 
 _UNSET: Any = object()
+# Memory stays bounded however often thunder recompiles: a transform keeps the
+# reports of its latest traces, and the views of its latest ThunderFX subgraphs
+# for the hints of check(); counts of ranges cover every trace.
+REPORTS_KEPT = 100
+VIEWS_KEPT = 32
 
 
 @dataclass(frozen=True)
@@ -100,6 +110,10 @@ class NvtxProfileTransform(Transform):
             module path and the op's name, e.g.
             ``transformer.h.0.attn.c_attn: linear``.
 
+    `reports` holds a `TraceReport` for each of the latest `REPORTS_KEPT`
+    traces transformed. A copy (`copy.deepcopy`, `pickle`) is the
+    configuration only and starts with no reports.
+
     Raises `SelectorSyntaxError` for text that does not parse and
     `SelectorError` for a spec file that cannot be read, right here.
 
@@ -130,18 +144,53 @@ class NvtxProfileTransform(Transform):
         self.spec_path = None if spec is None else os.fspath(spec)
         self.domain_name = domain
         self.strict = bool(strict)
-        self.spec: Spec = combine(select, self.spec_path) or parse("all")
-        self.compiled: CompiledSpec = compile_spec(self.spec)
+        self._setup(combine(select, self.spec_path) or parse("all"))
+        if not self.spec.rules:
+            given = f"spec={self.spec_path!r}" if select is None else f"select={select!r}"
+            message = (
+                f"NvtxProfileTransform({given}): the spec has no rules, so no range will be emitted; "
+                "write 'all' for a range per op, or leave the transform out to profile nothing"
+            )
+            if self.strict:
+                raise SelectorError(message)
+            warnings.warn(message, NvtxRegionsWarning, stacklevel=2)
+
+    def _setup(self, spec: Spec) -> None:
+        """Compile `spec` and start with no traces seen (from `__init__` and from a copy)."""
+        self.spec: Spec = spec
+        self.compiled: CompiledSpec = compile_spec(spec)
         text = render(self.spec).replace("\n", "; ")
         if len(text) > 200:
             text = text[:200] + f"... ({len(self.spec.rules)} rules)"
         self._summary = json.dumps(text, ensure_ascii=False)  # for provenance
-        self.domain = Domain(domain)
-        self.reports: list[TraceReport] = []
+        self.domain = Domain(self.domain_name)
+        # The latest REPORTS_KEPT traces; check() counts every trace seen, in _ranges_seen.
+        self.reports: collections.deque[TraceReport] = collections.deque(maxlen=REPORTS_KEPT)
+        self._ranges_seen = [0] * len(self.compiled.rules)
         self._compilation: RuleTally | None = None
         self._last_forward: TraceView | None = None
         self._subgraphs: RuleTally | None = None
         self._checked_at = 0  # how many traces `check()` last covered
+        self._traces_seen = 0
+        self._copied = False  # set when this configuration is copied or pickled
+        _created.add(self)
+
+    # -- copies are configuration ---------------------------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy or pickle holds the configuration only: the parsed spec (a spec
+        file is not read again), domain, strictness and message style. It starts unused, with
+        no reports, as if just created; the original keeps its own."""
+        self._copied = True
+        return {"select": self.select, "spec_path": self.spec_path, "domain": self.domain_name,
+                "strict": self.strict, "spec": self.spec, "messages": self.messages}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.select, self.spec_path = state["select"], state["spec_path"]
+        self.domain_name, self.strict = state["domain"], state["strict"]
+        self.messages = state.get("messages", "python")
+        self._setup(state["spec"])
+        self._copied = True
 
     def __repr__(self) -> str:
         args = []
@@ -161,6 +210,7 @@ class NvtxProfileTransform(Transform):
 
     def transform_trace_post_optimization(self, trace: TraceCtx, **kwargs: Any) -> TraceCtx:
         started = time.perf_counter()
+        self._traces_seen += 1
         view = TraceView.from_trace(trace)
         if view.phase == "backward":
             # thunder transforms a compilation's backward right after its forward.
@@ -183,6 +233,7 @@ class NvtxProfileTransform(Transform):
                 view.name, view.phase, view.length, len(plan.ranges), plan.ranges_per_rule, seconds, plan, tuple(emitted)
             )
         )
+        self._ranges_seen = [a + b for a, b in zip(self._ranges_seen, plan.ranges_per_rule)]
         self._tally(trace, view, plan)
         return result
 
@@ -192,15 +243,14 @@ class NvtxProfileTransform(Transform):
         Under ThunderFX, call it after the first step (once every subgraph
         has compiled); elsewhere the check runs by itself per compilation.
         """
-        if not self.reports:
+        if not self._traces_seen:
             raise SelectorError("check(): this transform has not seen a trace yet; call the compiled function first")
-        self._checked_at = len(self.reports)
+        self._checked_at = self._traces_seen
         tally = RuleTally(self.compiled)
-        for report in self.reports:
-            tally.add(report.plan)
+        tally.ranges = list(self._ranges_seen)
         if self._subgraphs is not None:
-            tally.views = self._subgraphs.views
-        tally.report(strict=self.strict, where=f"any of the {len(self.reports)} traces seen")
+            tally.views = list(self._subgraphs.views)
+        tally.report(strict=self.strict, where=f"any of the {self._traces_seen} traces seen")
 
     # -- internals -------------------------------------------------------------
 
@@ -210,6 +260,8 @@ class NvtxProfileTransform(Transform):
                 self._subgraphs = RuleTally(self.compiled)
                 atexit.register(_check_at_exit, weakref.ref(self))
             self._subgraphs.add(plan, view)
+            # Views only feed the nearest-name hints; the latest ones are enough.
+            del self._subgraphs.views[:-VIEWS_KEPT]
             return
         if view.phase == "backward":
             tally = self._compilation or RuleTally(self.compiled)
@@ -243,18 +295,27 @@ class NvtxProfileTransform(Transform):
                 n = len(groups)
                 groups[planned.gate] = Group(f"{prefix}_push_{n}", f"{prefix}_pop_{n}", planned.gate)
         enter_name, exit_name = f"{prefix}_push_enter", f"{prefix}_pop_exit"
-        domain_name = f"{prefix}_domain"
+        domain_name, progress = f"{prefix}_domain", f"{prefix}_open"
         runtime = TraceRuntime(
-            self.domain, list(groups.values()), enter_name=enter_name, exit_name=exit_name, domain_name=domain_name
+            self.domain,
+            list(groups.values()),
+            enter_name=enter_name,
+            exit_name=exit_name,
+            domain_name=domain_name,
+            progress_name=progress,
         )
         functions = runtime.initial_globals()
+        # Each push and pop also records itself in the call's progress list (see runtime).
         pushes_by_group = {
-            key: _symbol(g.push_name, "{name}({args[0]}, " + domain_name + ")  # {args[1]}") for key, g in groups.items()
+            key: _symbol(g.push_name, "{name}({args[0]}, " + f"{domain_name}); {progress}.append({n})" + "  # {args[1]}")
+            for n, (key, g) in enumerate(groups.items())
         }
-        pops_by_group = {key: _symbol(g.pop_name, "{name}(" + domain_name + ")") for key, g in groups.items()}
+        pops_by_group = {
+            key: _symbol(g.pop_name, "{name}(" + f"{domain_name}); {progress}.pop()") for key, g in groups.items()
+        }
         # The trace's first push and last pop also start and end the call (see runtime).
-        enter = _symbol(enter_name, "{name}(globals(), {args[0]}, {args[2]!r})  # {args[1]}")
-        exit_ = _symbol(exit_name, "{name}(globals(), {args[0]!r})")
+        enter = _symbol(enter_name, f"{progress} = " + "{name}(globals(), {args[0]})  # {args[1]}")
+        exit_ = _symbol(exit_name, "{args[0]}(" + f"{domain_name}); {progress}.calls.remove({progress})")
 
         bsyms = trace.bound_symbols
         pushes: dict[int, list[BoundSymbol]] = {}
@@ -280,7 +341,7 @@ class NvtxProfileTransform(Transform):
             if number == 0:
                 push = BoundSymbol(
                     enter,
-                    args=(attr_name, json.dumps(message, ensure_ascii=False), group.push_name),
+                    args=(attr_name, json.dumps(message, ensure_ascii=False)),
                     kwargs={},
                     output=None,
                     _call_ctx={enter_name: runtime.enter, attr_name: attributes, **context},
@@ -300,7 +361,7 @@ class NvtxProfileTransform(Transform):
         end_pops = pops[max(pops)]
         last_pop = end_pops[-1]
         end_pops[-1] = BoundSymbol(
-            exit_, args=(last_pop.sym.name,), kwargs={}, output=None, _call_ctx={exit_name: runtime.exit, **last_pop._call_ctx}
+            exit_, args=(last_pop.sym.name,), kwargs={}, output=None, _call_ctx=last_pop._call_ctx
         )
 
         new_bsyms: list[BoundSymbol] = []
@@ -313,39 +374,48 @@ class NvtxProfileTransform(Transform):
         return annotated
 
 
+# Every transform alive, to tell at exit which ones thunder never called.
+_created: "weakref.WeakSet[NvtxProfileTransform]" = weakref.WeakSet()
+
+
+def _warn_never_called() -> None:
+    """At exit: warn once about transforms that are alive and were never handed a trace.
+
+    A transform held by nothing is gone by then (it was never attached, or
+    was dropped with its jitted function) and is not reported. A copy, or one
+    whose configuration was copied or pickled, is reported only when it sits
+    in a thunder.jit keyword that thunder ignores: another copy may have done the work.
+    """
+    described = []
+    for transform in list(_created):
+        if transform._traces_seen:
+            continue
+        attached = _attached_as(transform)
+        if attached:
+            described.append(f"{transform!r} (passed to thunder.jit({attached[0]}) as {attached[1]}=, which thunder ignores)")
+        elif not transform._copied:
+            described.append(repr(transform))
+    if not described:
+        return
+    unused, described = len(described), described[:5]
+    more = f" and {unused - 5} more" if unused > 5 else ""
+    warnings.warn(
+        f"thunder never handed a trace to {'; '.join(described)}{more}, so no NVTX range was emitted: "
+        "pass a transform as thunder.jit(model, transforms=[t]) "
+        "or thunder.core.transforms.add_transform(jitted, transform=t)",
+        NvtxRegionsWarning,
+        stacklevel=1,
+    )
+
+
+atexit.register(_warn_never_called)
+
+
 def _check_at_exit(ref: "weakref.ref[NvtxProfileTransform]") -> None:
     # ThunderFX gives no "all subgraphs compiled" moment; warn at exit rather than never.
     transform = ref()
-    if transform is not None and len(transform.reports) > transform._checked_at:
+    if transform is not None and transform._traces_seen > transform._checked_at:
         try:
             transform.check()
         except SelectorError as error:
             print(f"nvtx_regions: {error}", file=sys.stderr)
-
-
-def _is_thunderfx_subgraph() -> bool:
-    """True while thunder compiles a subgraph that ThunderFX split out of a torch.compile graph."""
-    from thunder.core.compile_data import get_compile_data
-
-    cd = get_compile_data()
-    fx = sys.modules.get("torch.fx")
-    return cd is not None and fx is not None and isinstance(getattr(cd, "fn", None), fx.GraphModule)
-
-
-def _backward_follows() -> bool:
-    """Whether thunder will hand this transform a backward trace after this forward.
-
-    thunder 0.2.6 calls post-optimization transforms from
-    ``apply_transforms_and_build_cache_entry`` with the backward trace in a
-    local; a forward tagged AUGMENTED_FORWARD under ``torch.no_grad`` gets
-    none. If that frame is not found, assume a backward follows (the check
-    then runs at the next compilation instead).
-    """
-    frame = sys._getframe(1)
-    for _ in range(8):
-        if frame is None:
-            break
-        if frame.f_code.co_name == "apply_transforms_and_build_cache_entry" and "backward_trc" in frame.f_locals:
-            return frame.f_locals["backward_trc"] is not None
-        frame = frame.f_back
-    return True

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from thunder.core.proxies import CollectionProxy, Proxy
 from thunder.core.trace import TraceTag
@@ -30,13 +30,25 @@ def is_compute(bsym) -> bool:
 
 
 class RefError(Exception):
-    """The reference's verdict that the spec must raise SelectorError on this trace."""
+    """The reference's verdict that the spec must raise SelectorError on this trace.
+
+    `kind` says which: "order" (a region ends before it starts: RegionOrderError)
+    or "overlap" (two regions overlap without nesting: any other SelectorError).
+    """
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(kind)
+        self.kind = kind
 
 
 @dataclass
 class Expected:
     op_ranges: list  # (bsym, bsym, message)
     region_ranges: list  # (first bsym, last bsym, message)
+    # Every range in the order its push runs: by first op; at the same op,
+    # regions before the op's own range, the longer region first, and regions
+    # of the same extent in rule order.
+    push_order: list = field(default_factory=list)
 
     @property
     def all(self):
@@ -100,7 +112,7 @@ class Reference:
         if s is None or e is None:
             return None
         if e < s:
-            raise RefError("region ends before it starts")
+            raise RefError("order")
         return s, e
 
     def holds(self, expr, i) -> bool:
@@ -144,10 +156,12 @@ class Reference:
             return False
         if isinstance(expr, T.Not):
             return not self.holds(expr.operand, i)
+        # Every operand is evaluated (no short circuit): a region that ends before
+        # it starts is an error wherever it stands, even where it cannot change the result.
         if isinstance(expr, T.And):
-            return all(self.holds(e, i) for e in expr.operands)
+            return all([self.holds(e, i) for e in expr.operands])
         if isinstance(expr, T.Or):
-            return any(self.holds(e, i) for e in expr.operands)
+            return any([self.holds(e, i) for e in expr.operands])
         raise TypeError(expr)
 
     # -- modules, from the documented rules (nvtx_regions.modules), by linear scans --
@@ -260,7 +274,7 @@ class Reference:
     def expected(self, spec: T.Spec) -> Expected:
         op_ranges, regions = {}, []
         for rule in spec.rules:
-            conj = list(rule.expr.operands) if isinstance(rule.expr, T.And) else [rule.expr]
+            conj = _conjuncts(rule.expr)
             rest = [e for e in conj if not isinstance(e, (T.RankIn, T.Steps))]
             eaches = [e for e in rest if isinstance(e, (T.EachModule, T.EachClass))]
             if eaches:
@@ -289,10 +303,12 @@ class Reference:
         for (s1, e1), _ in regions:
             for (s2, e2), _ in regions:
                 if s1 < s2 <= e1 < e2:
-                    raise RefError("regions overlap without nesting")
+                    raise RefError("overlap")
+        ops = [(i, 1, -i, (self.ops[i], self.ops[i], one_line(self.ops[i]))) for i in sorted(op_ranges)]
+        spans = [(s, 0, -e, (self.ops[s], self.ops[e], label)) for (s, e), label in regions]
+        in_order = sorted(ops + spans, key=lambda item: item[:3])  # stable: same extent keeps rule order
         return Expected(
-            [(self.ops[i], self.ops[i], one_line(self.ops[i])) for i in sorted(op_ranges)],
-            [(self.ops[s], self.ops[e], label) for (s, e), label in regions],
+            [item[3] for item in ops], [item[3] for item in spans], [item[3] for item in in_order]
         )
 
 
@@ -341,12 +357,19 @@ def _lines(bsym):
         yield str(bsym.source_filename), bsym.source_positions.lineno
 
 
+def _conjuncts(expr) -> list:
+    """A rule's top-level `and` operands; a parenthesized `and` among them is the same conjunction."""
+    if not isinstance(expr, T.And):
+        return [expr]
+    return [part for operand in expr.operands for part in _conjuncts(operand)]
+
+
 def _point(point) -> str:
     return point.name if isinstance(point, T.Proxy) else f"{'first' if isinstance(point, T.First) else 'last'}({T.render(point.expr)})"
 
 
 def read_annotated(original, annotated):
-    """The ranges of an annotated trace as (first bsym inside, last bsym inside, message).
+    """The ranges of an annotated trace as (first bsym inside, last bsym inside, message), in push order.
 
     Asserts the structural promises: original bound symbols kept in order
     (by identity), balanced and nested pushes/pops, the first push enters and
@@ -369,15 +392,20 @@ def read_annotated(original, annotated):
         if not own:
             seen += 1
         elif "_push" in bsym.sym.name:
-            stack.append((seen, json.loads(bsym.args[1])))
+            stack.append((seen, json.loads(bsym.args[1]), len(ranges)))
+            ranges.append(None)  # filled at its pop
         else:
             assert stack, "pop without push"
-            first, message = stack.pop()
+            first, message, slot = stack.pop()
             assert seen > first, "empty range"
-            ranges.append((original.bound_symbols[first], original.bound_symbols[seen - 1], message))
+            ranges[slot] = (original.bound_symbols[first], original.bound_symbols[seen - 1], message)
     assert not stack, "pushes never popped"
     return ranges
 
 
 def as_keys(ranges):
     return sorted((id(a), id(b), m) for a, b, m in ranges)
+
+
+def in_order(ranges):
+    return [(id(a), id(b), m) for a, b, m in ranges]

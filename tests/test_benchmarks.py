@@ -146,6 +146,7 @@ def test_benchmark_smoke(tmp_path):
         "## 2. Ops not selected cost nothing",
         "## 3. Transform (compile-time) cost",
         "## 4. Language cost",
+        "## 5. Fixed cost per call of a trace",
     ]
     if not no_tool:
         sections += ["### capture tool attached, count mode", "### Messages", "### Stack depth sweep, tool attached"]
@@ -155,6 +156,7 @@ def test_benchmark_smoke(tmp_path):
     numbers = {k: v for k, v in summary.items() if not isinstance(v, bool)}
     assert numbers and all(math.isfinite(v) for v in numbers.values()), numbers
     assert "range_ratio_plain_0" in numbers and "transform_ratio_0" in numbers and "plan_us_per_bsym_rule" in numbers
+    assert "fixed_ratio_plain" in numbers and (no_tool or "fixed_ratio_tool" in numbers)
     if not no_tool:
         checks = {k: v for k, v in summary.items() if isinstance(v, bool)}
         assert checks and all(checks.values()), checks

@@ -73,8 +73,13 @@ def test_partially_overlapping_regions_raise_naming_both_rules():
 
 
 def test_same_extent_regions_nest_in_rule_order():
-    transform, _ = run("one: between input..t_3_bias\ntwo: between input..t_3_bias\nop in <linear>")
-    assert transform.reports[0].ranges_emitted[:3] == ((0, "one"), (1, "two"), (2, transform.reports[0].ranges_emitted[2][1]))
+    from reference import one_line
+
+    transform = NvtxProfileTransform("one: between input..t_3_bias\ntwo: between input..t_3_bias\nop in <linear>")
+    jitted = thunder.jit(make_mlp(), transforms=[transform])
+    jitted(*mlp_inputs())
+    first_linear = next(b for b in thunder.last_traces(jitted)[-1].bound_symbols if b.sym.name == "linear")
+    assert transform.reports[0].ranges_emitted[:3] == ((0, "one"), (1, "two"), (2, one_line(first_linear)))
 
 
 @pytest.mark.parametrize(

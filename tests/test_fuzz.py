@@ -63,7 +63,8 @@ def test_grammar_generated_text_parses_or_raises_our_error():
 
 # -- trees -------------------------------------------------------------------
 
-_text = st.text(min_size=1, max_size=8)
+# Text NVTX can carry (no NUL, no lone surrogate; no control character at all, since patterns refuse them).
+_text = st.text(st.characters(blacklist_categories=("Cc", "Cs")), min_size=1, max_size=8)
 _globs = st.lists(_text | st.sampled_from(["linear", "nv*", "t_?"]), min_size=1, max_size=3).map(tuple)
 _leaves = st.one_of(
     _globs.map(T.OpIn),
@@ -107,14 +108,36 @@ def test_generated_trees_round_trip(spec):
     assert render(parse(text)) == text
 
 
+# Arbitrary text, with what NVTX cannot carry mixed in: NUL and other control
+# characters, lone surrogates, and escapes that decode to them.
+HOSTILE = st.text(
+    st.characters(blacklist_categories=()) | st.sampled_from(["\x00", "\x01", "\x7f", "\x85", "\ud800", "\udfff"])
+) | st.lists(
+    st.sampled_from(['"', "\\u0000", "\\ud800", "\\u0007", "\\n", "a", "op in <", ">", ":", " all", "\x00", "\ud800"]),
+    max_size=10,
+).map("".join)
+_SHOWN_AS_REPLACEMENT = __import__("re").compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
 @settings(max_examples=500)
-@given(st.text())
+@given(HOSTILE)
 def test_arbitrary_text_raises_only_selector_syntax_error(text):
     try:
-        parse(text)
+        spec = parse(text)
     except SelectorSyntaxError as error:
         assert error.lineno >= 1 and error.offset >= 1
-        assert error.text == (text.split("\n")[error.lineno - 1] if text else "").rstrip("\r")
+        line = (text.split("\n")[error.lineno - 1] if text else "").rstrip("\r")
+        assert error.text == _SHOWN_AS_REPLACEMENT.sub("\ufffd", line)
+        str(error).encode("utf-8")  # printable, whatever the input held
+        return
+    for rule in spec.rules:  # what parsed can be carried by NVTX
+        for part in T.walk(rule.expr):
+            for name in getattr(part, "globs", ()) + ((part.name,) if isinstance(part, T.Proxy) else ()):
+                assert "\x00" not in name
+                name.encode("utf-8")
+        if rule.label is not None:
+            assert "\x00" not in rule.label
+            rule.label.encode("utf-8")
 
 
 @settings(max_examples=300)

@@ -89,7 +89,7 @@ def specs_for(forward, backward):
     return st.lists(rule, min_size=1, max_size=3).map(lambda rules: render(T.Spec(tuple(rules))))
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(PROGRAMS, st.data())
 def test_generated_traces_and_specs(program, data):
     fn = program_fn(program)

@@ -10,8 +10,8 @@ import thunder
 import torch
 
 from conftest import compiled
-from nvtx_regions import NvtxProfileTransform, NvtxRegionsWarning, SelectorError
-from reference import Reference, RefError, as_keys, read_annotated
+from nvtx_regions import NvtxProfileTransform, NvtxRegionsWarning, RegionOrderError, SelectorError
+from reference import Reference, RefError, in_order, read_annotated
 
 SPECS = [
     "all",
@@ -55,6 +55,8 @@ def proxy_specs(forward) -> list[str]:
             f"r: between {outs[1]}..{outs[len(outs) // 2]}",
             f"between {outs[len(outs) // 2]}..{outs[1]}",  # ends before it starts
             f"x: between {outs[0]}..{outs[3]}\ny: between {outs[2]}..{outs[5]}",  # overlap
+            f"x: between {outs[0]}..{outs[3]}\ny: between {outs[3]}..{outs[5]}",  # touch at one op: overlap
+            f"x: between {outs[0]}..{outs[5]}\ny: between {outs[0]}..{outs[2]}\nop in <*>",  # nest, same start
         ]
     return specs
 
@@ -67,18 +69,24 @@ def check_against_reference(forward, backward, select: str) -> None:
         for trace, ref in ((forward, ref_forward), (backward, Reference(backward, forward=ref_forward))):
             try:
                 expected = ref.expected(transform.spec)
-            except RefError:
-                with pytest.raises(SelectorError):
+            except RefError as why:
+                with pytest.raises(SelectorError) as raised:
                     transform.transform_trace_post_optimization(trace)
+                if why.kind == "order":
+                    assert isinstance(raised.value, RegionOrderError), raised.value
+                else:
+                    assert not isinstance(raised.value, RegionOrderError), raised.value
+                    assert "overlap without nesting" in str(raised.value)
                 continue
             result = transform.transform_trace_post_optimization(trace)
             if not expected.all:
                 assert result is trace
                 continue
-            assert as_keys(read_annotated(trace, result)) == as_keys(expected.all)
+            assert in_order(read_annotated(trace, result)) == in_order(expected.push_order)
 
 
-@pytest.mark.parametrize("select", SPECS)
+# Plain ids: spec text (newlines, brackets) does not survive a pytest node id on the command line.
+@pytest.mark.parametrize("select", SPECS, ids=[f"spec{n}" for n in range(len(SPECS))])
 def test_selection_matches_reference(config, select):
     *_, forward, backward = compiled(*config)
     check_against_reference(forward, backward, select)
