@@ -210,7 +210,7 @@ def test_hints_for_the_printed_callable_name_and_for_a_decomposed_op():
     assert len(messages) == 2, messages
     linear, gelu = messages
     assert linear.endswith("ops go by their symbol's name, not the callable the trace prints: write 'linear'")
-    assert gelu.endswith("thunder decomposes gelu into erf, mul, add, so no op is named 'gelu': select those ops")
+    assert gelu.endswith("thunder decomposes gelu into erf, mul, add, so no op is named 'gelu': select those ops, or write class <GELU> (the GELU modules' ops)")
 
 
 # ---------------------------------------------------------------- 6. a transform is configuration
