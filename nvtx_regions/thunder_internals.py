@@ -19,6 +19,7 @@ the interpreter's frame stack at that moment.
 from __future__ import annotations
 
 import itertools
+import re
 import sys
 import threading
 import types
@@ -199,8 +200,6 @@ def _fx_node_calls(graph_module: Any, frame: Any) -> tuple[Chain, dict[str, str]
 
 def _fx_path(path: str) -> str:
     """``L['self'].transformer.h[0].attn`` or ``L__self___transformer_h_0`` -> ``transformer.h.0.attn``."""
-    import re
-
     path = re.sub(r"^L\['self'\]\.?", "", path)
     path = re.sub(r"^L\['[A-Za-z_0-9]+'\]\.?", "", path)
     path = re.sub(r"\[(\d+)\]", r".\1", path)
