@@ -72,7 +72,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
 
-    from nvtx_regions.capture_command import convert
+    from nvtx_regions.commands.capture import convert
     from nvtx_regions.testing import build_tool
 
     tool = build_tool()

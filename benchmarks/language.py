@@ -47,7 +47,7 @@ def _time(fn, reps: int) -> list[float]:
 def parse_compile_cost(sizes: tuple[int, ...], *, budget: float = 2.0) -> list[dict]:
     """Median CPU seconds to parse, to compile, and both, for specs of each number of rules."""
     from nvtx_regions import parse
-    from nvtx_regions.compile import compile_spec
+    from nvtx_regions.selection.compile import compile_spec
 
     started = time.perf_counter()
     parse("op in <linear>")  # builds the LALR parser once per process
@@ -91,7 +91,7 @@ OP_NAMES = ("linear", "add", "mul", "gelu", "layer_norm", "sdpa", "reshape", "nv
 
 def synthetic_view(n: int):
     """A forward `TraceView` of `n` compute ops: op i writes t{i}, reads t{i-1} and t{i-5}."""
-    from nvtx_regions.traceview import Op, TraceView
+    from nvtx_regions.attribution.traceview import Op, TraceView
 
     ops = []
     for i in range(n):
@@ -108,8 +108,8 @@ def plan_cost(bsyms: int, *, reps: int = 7) -> dict:
     producers) are part of the cost, as they are per trace in the transform.
     """
     from nvtx_regions import parse
-    from nvtx_regions.compile import compile_spec
-    from nvtx_regions.plan import make_plan
+    from nvtx_regions.selection.compile import compile_spec
+    from nvtx_regions.selection.plan import make_plan
 
     spec = compile_spec(parse("\n".join(PLAN_RULES).format(big=int(bsyms * 0.9))))
     new_view = synthetic_view(bsyms)

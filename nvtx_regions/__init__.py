@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .compile import RegionOrderError
-from .errors import NvtxRegionsWarning, SelectorError, SelectorSyntaxError
-from .parse import load, parse
-from .tree import render
+from .selection.compile import RegionOrderError
+from .core.errors import NvtxRegionsWarning, SelectorError, SelectorSyntaxError
+from .language.parse import load, parse
+from .language.tree import render
 
 if TYPE_CHECKING:
-    from .explanation import explain
-    from .transform import NvtxProfileTransform
+    from .report.explanation import explain
+    from .emission.transform import NvtxProfileTransform
 
 __all__ = [
     "NvtxProfileTransform",
@@ -37,11 +37,11 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     # Thunder takes seconds to import; only the transform needs it.
     if name == "NvtxProfileTransform":
-        from .transform import NvtxProfileTransform
+        from .emission.transform import NvtxProfileTransform
 
         return NvtxProfileTransform
     if name == "explain":
-        from .explanation import explain
+        from .report.explanation import explain
 
         return explain
     raise AttributeError(f"module 'nvtx_regions' has no attribute {name!r}")

@@ -13,7 +13,7 @@ from thunder.core.proxies import CollectionProxy, Proxy
 from thunder.core.trace import TraceTag
 from thunder.dev_utils.utils import NON_COMPUTATION_PRIMS
 
-from nvtx_regions import tree as T
+from nvtx_regions.language import tree as T
 
 # The bound symbols the language reference says never get a range.
 NON_COMPUTE = {
@@ -164,7 +164,7 @@ class Reference:
             return any([self.holds(e, i) for e in expr.operands])
         raise TypeError(expr)
 
-    # -- modules, from the documented rules (nvtx_regions.modules), by linear scans --
+    # -- modules, from the documented rules (nvtx_regions.attribution.module_calls), by linear scans --
 
     def classes(self) -> dict:
         view = self if self.phase == "forward" or self.forward is None else self.forward

@@ -32,7 +32,7 @@ from nvtx_regions.testing import (
     start_end_ranges,
     unavailable_reason,
 )
-from nvtx_regions.testing.tool import find_nvtx_include
+from nvtx_regions.capture.build import find_nvtx_include
 
 RANGE_KINDS = ("push", "pop", "start", "end", "mark")
 

@@ -12,8 +12,8 @@ import lark
 import pytest
 
 from nvtx_regions import parse, render
-from nvtx_regions import tree as T
-from nvtx_regions.parse import grammar_text
+from nvtx_regions.language import tree as T
+from nvtx_regions.language.parse import grammar_text
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")

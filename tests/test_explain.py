@@ -38,7 +38,7 @@ def test_backward_ops_name_the_forward_ops_they_are_traced_to(explained):
     expected = [i for i, op in enumerate(ref_b.ops) if ref_b.holds(ref_b_expr(), i)]
     assert list(found.selected) == expected and expected
     for position, origins in zip(found.selected, found.saved_by):
-        # The forward ops the reference traces this backward op to (the rule of nvtx_regions.modules).
+        # The forward ops the reference traces this backward op to (the rule of nvtx_regions.attribution.module_calls).
         expected_origins = [f"#{j} {ref_f.ops[j].sym.name}" for j in sorted(ref_b.origins()[position])]
         if len(expected_origins) > 4:
             expected_origins = expected_origins[:4] + [f"... {len(expected_origins) - 4} more"]

@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 from hypothesis.extra.lark import from_lark
 
 from nvtx_regions import SelectorSyntaxError, parse, render
-from nvtx_regions import tree as T
-from nvtx_regions.parse import grammar_text
-from nvtx_regions.tree import KEYWORDS
+from nvtx_regions.language import tree as T
+from nvtx_regions.language.parse import grammar_text
+from nvtx_regions.language.tree import KEYWORDS
 
 GRAMMAR = lark.Lark(grammar_text(), parser="lalr")
 _KEYWORD_TERMINALS = {t.name: t.pattern.value for t in GRAMMAR.terminals if t.pattern.value in KEYWORDS}

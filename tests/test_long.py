@@ -30,11 +30,11 @@ from hypothesis.extra.lark import from_lark
 
 from conftest import compiled
 from nvtx_regions import RegionOrderError, SelectorError, SelectorSyntaxError, parse
-from nvtx_regions.compile import compile_spec
-from nvtx_regions.parse import grammar_text
-from nvtx_regions.plan import make_plan
-from nvtx_regions.traceview import TraceView
-from nvtx_regions.tree import KEYWORDS
+from nvtx_regions.selection.compile import compile_spec
+from nvtx_regions.language.parse import grammar_text
+from nvtx_regions.selection.plan import make_plan
+from nvtx_regions.attribution.traceview import TraceView
+from nvtx_regions.language.tree import KEYWORDS
 from reference import Reference, RefError
 
 pytestmark = pytest.mark.long

@@ -25,9 +25,10 @@ import torch
 
 from conftest import Recorder, gpt_inputs, make_gpt
 from nvtx_regions import NvtxProfileTransform, NvtxRegionsWarning, SelectorError, explain
-from nvtx_regions.modules import common_chain, path_matcher
+from nvtx_regions.core.calls import common_chain
+from nvtx_regions.core.globs import path_matcher
 from nvtx_regions.testing import check_balanced, flatten, range_tree
-from nvtx_regions.traceview import TraceView
+from nvtx_regions.attribution.traceview import TraceView
 
 
 def make_llama(n_layer: int = 3):
@@ -171,7 +172,7 @@ def test_module_globs_follow_path_conventions():
 
 
 def test_common_chain_prefers_the_earlier_call_of_a_shared_module():
-    from nvtx_regions.modules import ModuleCall as C
+    from nvtx_regions.core.calls import ModuleCall as C
 
     first = (C("", "M", 1), C("shared", "Linear", 2))
     second = (C("", "M", 1), C("shared", "Linear", 5))
@@ -187,7 +188,7 @@ def test_common_chain_prefers_the_earlier_call_of_a_shared_module():
 def plan_of(spec: str, model_name: str = "gpt"):
     _, forward, backward = traced(model_name)
     transform = NvtxProfileTransform(spec, messages="module")
-    from nvtx_regions.plan import make_plan
+    from nvtx_regions.selection.plan import make_plan
 
     return [make_plan(transform.compiled, view) for view in (forward, backward)], forward, backward
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from nvtx_regions import parse
-from nvtx_regions.nsys import nsys_command, split_torchrun
+from nvtx_regions.commands.nsys import nsys_command, split_torchrun
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = "nsys profile --trace=cuda,nvtx --nvtx-domain-include=nvtx_regions"

@@ -31,7 +31,7 @@ def test_wheel_carries_the_grammar_file_itself(wheel):
         names = archive.namelist()
         assert "nvtx_regions/grammar/nvtx_regions.lark" in names
         assert archive.read("nvtx_regions/grammar/nvtx_regions.lark") == (ROOT / "grammar/nvtx_regions.lark").read_bytes()
-        assert "nvtx_regions/testing/nvtx_capture.c" in names
+        assert "nvtx_regions/capture/nvtx_capture.c" in names
         assert not [n for n in names if n.startswith(("tests/", "examples/"))]
 
 
@@ -46,7 +46,7 @@ def test_installed_package_reads_its_packaged_grammar(wheel, tmp_path):
     packaged = target / "nvtx_regions/grammar/nvtx_regions.lark"
     packaged.write_text(packaged.read_text() + "\n// packaged copy\n")
     code = (
-        "import nvtx_regions; from nvtx_regions.parse import grammar_resource, grammar_text;"
+        "import nvtx_regions; from nvtx_regions.language.parse import grammar_resource, grammar_text;"
         "print(grammar_resource()); print(grammar_text().endswith('// packaged copy\\n'));"
         "print(nvtx_regions.render(nvtx_regions.parse('a: op in <linear>')))"
     )

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from nvtx_regions import SelectorError, SelectorSyntaxError, load, parse, render
-from nvtx_regions.tree import (
+from nvtx_regions.language.tree import (
     All,
     And,
     Backward,

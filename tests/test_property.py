@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from conftest import Recorder
 from nvtx_regions import NvtxProfileTransform, NvtxRegionsWarning, SelectorError, render
-from nvtx_regions import tree as T
+from nvtx_regions.language import tree as T
 from reference import Reference, RefError
 from test_transform import check_against_reference
 

@@ -242,7 +242,7 @@ def test_deepcopy_and_pickle_round_trip_before_and_after_use(tmp_path):
 
 
 def test_parenthesized_and_of_gates_is_a_gate():
-    from nvtx_regions.compile import compile_spec
+    from nvtx_regions.selection.compile import compile_spec
 
     (nested,) = compile_spec(parse("op in <linear> and (steps 1..2 and rank in <0>)")).rules
     (flat,) = compile_spec(parse("op in <linear> and steps 1..2 and rank in <0>")).rules
@@ -250,7 +250,7 @@ def test_parenthesized_and_of_gates_is_a_gate():
 
 
 def test_gate_in_a_place_decided_per_op_names_the_place():
-    from nvtx_regions.compile import compile_spec
+    from nvtx_regions.selection.compile import compile_spec
 
     with pytest.raises(SelectorError, match=r"not under 'not', 'or', 'backward of' or first\(\)/last\(\)"):
         compile_spec(parse("backward of (steps 1..2)"))
@@ -258,7 +258,7 @@ def test_gate_in_a_place_decided_per_op_names_the_place():
 
 def test_package_exports_and_lists_every_public_name():
     import nvtx_regions
-    from nvtx_regions.compile import RegionOrderError
+    from nvtx_regions.selection.compile import RegionOrderError
 
     assert nvtx_regions.RegionOrderError is RegionOrderError and "RegionOrderError" in nvtx_regions.__all__
     assert set(nvtx_regions.__all__) <= set(dir(nvtx_regions))

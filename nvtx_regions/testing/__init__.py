@@ -19,7 +19,7 @@ into a Chrome Trace Event Format timeline; `summarize` gives a table like
 ``nsys stats --report nvtx_sum`` from events or a loaded timeline.
 """
 
-from .events import (
+from ..capture.events import (
     KINDS,
     BalanceProblem,
     NvtxEvent,
@@ -32,7 +32,7 @@ from .events import (
     range_tree,
     start_end_ranges,
 )
-from .inject import (
+from ..capture.inject import (
     CapturedEvents,
     CapturedProcessFailed,
     CaptureNotAttached,
@@ -43,9 +43,9 @@ from .inject import (
     capture_subprocess,
     is_attached,
 )
-from .chrome import RangeRecord, load_chrome_trace, to_chrome_trace, write_chrome_trace
-from .summary import Summary, SummaryRow, summarize
-from .tool import CaptureUnavailable, build_tool, unavailable_reason
+from ..capture.chrome import RangeRecord, load_chrome_trace, to_chrome_trace, write_chrome_trace
+from ..capture.summary import Summary, SummaryRow, summarize
+from ..capture.build import CaptureUnavailable, build_tool, unavailable_reason
 
 __all__ = [
     "KINDS",

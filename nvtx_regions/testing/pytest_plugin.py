@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from .inject import CaptureNotAttached, attach, capture
-from .tool import CaptureUnavailable
+from ..capture.inject import CaptureNotAttached, attach, capture
+from ..capture.build import CaptureUnavailable
 
 _unavailable: str | None = "the nvtx_regions.testing.pytest_plugin was not configured"
 _path: str | None = None

@@ -4,13 +4,13 @@
     nvtx-regions explain regions.nvtx --max-ops 3 -- torchrun --nproc_per_node=2 train.py
 
 How the script hands over its jitted functions: it does nothing. Every
-Python process of COMMAND starts with ``nvtx_regions/_explain_site`` first
+Python process of COMMAND starts with ``nvtx_regions/commands/_explain_site`` first
 on ``PYTHONPATH``, whose ``sitecustomize`` wraps ``thunder.jit`` (see
-`nvtx_regions.explain_child`): a function jitted without an
+`nvtx_regions.commands.explain_child`): a function jitted without an
 `NvtxProfileTransform` gets one with SPEC, one jitted with its own keeps it,
 and at exit each jitted function that ran is explained against SPEC. After
 COMMAND ends, this prints, per function (and rank), the `explain()` report
-and the range tree it plans (`nvtx_regions.rangeart`; ``--no-tree`` leaves
+and the range tree it plans (`nvtx_regions.report.rangeart`; ``--no-tree`` leaves
 it out). COMMAND's own output is passed through untouched, before the report.
 
 Exit status: COMMAND's (128 + N when killed by signal N); 1 when it exited
@@ -27,7 +27,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .capture_command import CommandError, exit_status, run_child, split_command
+from .child import CommandError, exit_status, run_child, split_command
 from .explain_child import ENV_MAX_OPS, ENV_OUT, ENV_SPEC
 
 __all__ = ["main", "SITE_DIR"]
@@ -71,8 +71,8 @@ def main(argv: list[str]) -> int:
     """Entry point of ``nvtx-regions explain`` (argv after the subcommand name)."""
     import argparse
 
-    from .compile import compile_spec
-    from .parse import load
+    from ..selection.compile import compile_spec
+    from ..language.parse import load
 
     parser = argparse.ArgumentParser(
         prog="nvtx-regions explain",

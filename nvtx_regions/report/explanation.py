@@ -13,13 +13,14 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from .check import RuleTally
-from .compile import CompiledRule, compile_spec
-from .errors import SelectorError
-from .parse import combine
-from .plan import Plan, make_plan
-from .traceview import TraceView, bit_positions
-from .tree import Spec
+from ..selection.unselected import RuleTally
+from ..selection.compile import CompiledRule, compile_spec
+from ..core.errors import SelectorError
+from ..language.parse import combine
+from ..selection.plan import Plan, make_plan
+from ..attribution.traceview import TraceView
+from ..core.bits import bit_positions
+from ..language.tree import Spec
 
 __all__ = ["explain", "Explanation", "RuleInTrace"]
 
@@ -79,7 +80,7 @@ class Explanation:
 
 
 def _one_line(bsym: Any) -> str:
-    from .transform import one_line
+    from ..emission.transform import one_line
 
     return one_line(bsym)
 
@@ -113,7 +114,7 @@ def _spec_of(target: Any, select: str | None, spec: str | os.PathLike[str] | Non
         return combined
     import thunder
 
-    from .transform import NvtxProfileTransform
+    from ..emission.transform import NvtxProfileTransform
 
     for transform in getattr(thunder.compile_data(target), "transforms", ()) or ():
         if isinstance(transform, NvtxProfileTransform):

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .compile import CompiledSpec, Gate, _endpoint_text
-from .errors import SelectorError
-from .traceview import Phase, TraceView, bit_positions
+from ..core.errors import SelectorError
+from ..attribution.traceview import Phase, TraceView
+from ..core.bits import bit_positions
 
 __all__ = ["PlannedRange", "Plan", "make_plan"]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Iterator, Union
+from typing import Any, Iterator, Union, get_args
 
 __all__ = [
     "Spec",
@@ -40,6 +40,9 @@ __all__ = [
     "Expr",
     "Endpoint",
     "KEYWORDS",
+    "EXPR_TYPES",
+    "NODE_TYPES",
+    "Visitor",
     "render",
     "walk",
 ]
@@ -225,19 +228,72 @@ class Spec:
     filename: str = field(default="<select>", compare=False)
 
 
+# Every node type a pass over expressions must handle, and with region endpoints.
+EXPR_TYPES: tuple[type, ...] = get_args(Expr)
+NODE_TYPES: tuple[type, ...] = EXPR_TYPES + (Proxy, First, Last)
+
+
+class Visitor:
+    """One walk over the tree: ``visit(node, ...)`` calls ``visit_<NodeType>(node, ...)``.
+
+    Each pass over spec trees subclasses this and defines one method per node
+    type, so the dispatch on node types is written once. `missing` lists the
+    node types a pass does not handle; a test checks it is empty for every pass.
+    """
+
+    # The node types this pass is for; a pass over rule bodies only may narrow it.
+    handles: tuple[type, ...] = NODE_TYPES
+
+    def visit(self, node: Any, *args: Any, **kwargs: Any) -> Any:
+        method = getattr(self, f"visit_{type(node).__name__}", None)
+        if method is None:
+            raise TypeError(f"{type(self).__name__} cannot visit {node!r}: no visit_{type(node).__name__}")
+        return method(node, *args, **kwargs)
+
+    @classmethod
+    def missing(cls) -> list[str]:
+        """The names of the node types in `handles` that this pass has no method for."""
+        return [t.__name__ for t in cls.handles if not hasattr(cls, f"visit_{t.__name__}")]
+
+
+class _Children(Visitor):
+    """The direct sub-expressions (and proxy endpoints) of a node."""
+
+    def _none(self, node: Any) -> tuple:
+        return ()
+
+    visit_OpIn = visit_Reads = visit_Forward = visit_Backward = visit_All = visit_RankIn = _none
+    visit_Steps = visit_ModuleIn = visit_ClassIn = visit_EachModule = visit_EachClass = _none
+    visit_Source = visit_Proxy = _none
+
+    def visit_And(self, node: And) -> tuple:
+        return node.operands
+
+    visit_Or = visit_And
+
+    def visit_Not(self, node: Not) -> tuple:
+        return (node.operand,)
+
+    def visit_BackwardOf(self, node: BackwardOf) -> tuple:
+        return (node.expr,)
+
+    visit_First = visit_Last = visit_BackwardOf
+
+    def visit_Between(self, node: Between) -> tuple:
+        return (node.start, node.end)
+
+
+_CHILDREN = _Children()
+
+
 def walk(expr: Expr) -> Iterator[Expr | Proxy]:
     """Every sub-expression of `expr`, itself first, and the proxy endpoints of its regions."""
-    yield expr
-    if isinstance(expr, (And, Or)):
-        for operand in expr.operands:
-            yield from walk(operand)
-    elif isinstance(expr, Not):
-        yield from walk(expr.operand)
-    elif isinstance(expr, BackwardOf):
-        yield from walk(expr.expr)
-    elif isinstance(expr, Between):
-        for point in (expr.start, expr.end):
-            yield from (walk(point.expr) if isinstance(point, (First, Last)) else (point,))
+    stack: list[Any] = [expr]
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, (First, Last)):
+            yield node
+        stack.extend(reversed(_CHILDREN.visit(node)))
 
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -258,57 +314,82 @@ def _pattern(text: str) -> str:
     return text if _GLOB.match(text) else _quote(text)
 
 
-def _operand(expr: Expr, parent_level: int) -> str:
-    # Parenthesize anything that binds no tighter than its parent, so that
-    # nesting the parser would flatten (`a or (b or c)`) survives a round trip.
-    text = _expr(expr)
-    level = _PRECEDENCE.get(type(expr), 4)
-    return f"({text})" if level <= parent_level else text
+class _Renderer(Visitor):
+    """The canonical text of each node type."""
 
+    def operand(self, expr: Expr, parent_level: int) -> str:
+        # Parenthesize anything that binds no tighter than its parent, so that
+        # nesting the parser would flatten (`a or (b or c)`) survives a round trip.
+        text = self.visit(expr)
+        level = _PRECEDENCE.get(type(expr), 4)
+        return f"({text})" if level <= parent_level else text
 
-def _endpoint(point: Endpoint) -> str:
-    if isinstance(point, Proxy):
+    @staticmethod
+    def globs(keyword: str, globs: tuple[str, ...]) -> str:
+        return f"{keyword}<{', '.join(map(_pattern, globs))}>"
+
+    def visit_Or(self, expr: Or) -> str:
+        return " or ".join(self.operand(e, 1) for e in expr.operands)
+
+    def visit_And(self, expr: And) -> str:
+        return " and ".join(self.operand(e, 2) for e in expr.operands)
+
+    def visit_Not(self, expr: Not) -> str:
+        return f"not {self.operand(expr.operand, 2)}"
+
+    def visit_OpIn(self, expr: OpIn) -> str:
+        return self.globs("op in ", expr.globs)
+
+    def visit_Reads(self, expr: Reads) -> str:
+        return self.globs("reads ", expr.globs)
+
+    def visit_Between(self, expr: Between) -> str:
+        return f"between {self.visit(expr.start)}..{self.visit(expr.end)}"
+
+    def visit_Proxy(self, point: Proxy) -> str:
         return _name(point.name)
-    keyword = "first" if isinstance(point, First) else "last"
-    return f"{keyword}({_expr(point.expr)})"
 
+    def visit_First(self, point: First) -> str:
+        return f"first({self.visit(point.expr)})"
 
-def _expr(expr: Expr) -> str:
-    if isinstance(expr, Or):
-        return " or ".join(_operand(e, 1) for e in expr.operands)
-    if isinstance(expr, And):
-        return " and ".join(_operand(e, 2) for e in expr.operands)
-    if isinstance(expr, Not):
-        return f"not {_operand(expr.operand, 2)}"
-    if isinstance(expr, OpIn):
-        return f"op in <{', '.join(map(_pattern, expr.globs))}>"
-    if isinstance(expr, Reads):
-        return f"reads <{', '.join(map(_pattern, expr.globs))}>"
-    if isinstance(expr, Between):
-        return f"between {_endpoint(expr.start)}..{_endpoint(expr.end)}"
-    if isinstance(expr, Forward):
+    def visit_Last(self, point: Last) -> str:
+        return f"last({self.visit(point.expr)})"
+
+    def visit_Forward(self, expr: Forward) -> str:
         return "forward"
-    if isinstance(expr, Backward):
+
+    def visit_Backward(self, expr: Backward) -> str:
         return "backward"
-    if isinstance(expr, BackwardOf):
-        return f"backward of ({_expr(expr.expr)})"
-    if isinstance(expr, All):
+
+    def visit_BackwardOf(self, expr: BackwardOf) -> str:
+        return f"backward of ({self.visit(expr.expr)})"
+
+    def visit_All(self, expr: All) -> str:
         return "all"
-    if isinstance(expr, RankIn):
+
+    def visit_RankIn(self, expr: RankIn) -> str:
         return f"rank in <{', '.join(map(str, expr.ranks))}>"
-    if isinstance(expr, Steps):
+
+    def visit_Steps(self, expr: Steps) -> str:
         return f"steps {expr.first}..{'' if expr.last is None else expr.last}"
-    if isinstance(expr, ModuleIn):
-        return f"module <{', '.join(map(_pattern, expr.globs))}>"
-    if isinstance(expr, ClassIn):
-        return f"class <{', '.join(map(_pattern, expr.globs))}>"
-    if isinstance(expr, EachModule):
-        return f"each module <{', '.join(map(_pattern, expr.globs))}>"
-    if isinstance(expr, EachClass):
-        return f"each class <{', '.join(map(_pattern, expr.globs))}>"
-    if isinstance(expr, Source):
+
+    def visit_ModuleIn(self, expr: ModuleIn) -> str:
+        return self.globs("module ", expr.globs)
+
+    def visit_ClassIn(self, expr: ClassIn) -> str:
+        return self.globs("class ", expr.globs)
+
+    def visit_EachModule(self, expr: EachModule) -> str:
+        return self.globs("each module ", expr.globs)
+
+    def visit_EachClass(self, expr: EachClass) -> str:
+        return self.globs("each class ", expr.globs)
+
+    def visit_Source(self, expr: Source) -> str:
         return f"source <{_pattern(expr.text())}>"
-    raise TypeError(f"not a spec expression: {expr!r}")
+
+
+_RENDERER = _Renderer()
 
 
 def render(tree: Spec | Rule | Expr) -> str:
@@ -319,6 +400,8 @@ def render(tree: Spec | Rule | Expr) -> str:
     if isinstance(tree, Spec):
         return "\n".join(render(rule) for rule in tree.rules)
     if isinstance(tree, Rule):
-        body = _expr(tree.expr)
+        body = _RENDERER.visit(tree.expr)
         return body if tree.label is None else f"{_name(tree.label)}: {body}"
-    return _expr(tree)
+    if not isinstance(tree, EXPR_TYPES):
+        raise TypeError(f"not a spec expression: {tree!r}")
+    return _RENDERER.visit(tree)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .events import NvtxEvent, parse_records
-from .tool import build_tool
+from .build import build_tool
 
 __all__ = [
     "CaptureNotAttached",

@@ -12,6 +12,11 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal, Sequence
 
+from ..core.bits import bit_positions
+from ..core.calls import common_chain
+from .module_calls import backward_origins, forward_chains
+from .thunder_internals import recorded_chain, recorded_classes
+
 Phase = Literal["forward", "backward"]
 
 # Bound symbols that never get a range of their own (they may sit inside a
@@ -43,16 +48,6 @@ _NON_COMPUTE_NAMES = frozenset(
 )
 # Push/pop/enter/exit bound symbols inserted by this package or by thunder's own transform.
 _OWN_PREFIXES = ("nvtx_regions_", "nvtx_range_")
-
-
-def bit_positions(mask: int) -> list[int]:
-    """The positions of the set bits of `mask`, ascending."""
-    positions = []
-    while mask:
-        low = mask & -mask
-        positions.append(low.bit_length() - 1)
-        mask ^= low
-    return positions
 
 
 @dataclass(frozen=True)
@@ -189,16 +184,11 @@ class TraceView:
         forward's positions (`modules.backward_origins`); empty without a forward."""
         if self.phase != "backward" or self.forward is None:
             return [None] * len(self.ops)
-        from .modules import backward_origins
-
         return backward_origins(self, self.forward, self.returned)
 
     @functools.cached_property
     def module_chains(self) -> list[Any]:
         """Per op: the module calls it belongs to, outermost first (a `modules.Chain`), or None."""
-        from .modules import common_chain, forward_chains
-        from .thunder_internals import recorded_chain
-
         if self.phase == "forward":
             return forward_chains(self, [recorded_chain(op.bsym) if op.bsym is not None else None for op in self.ops])
         if self.forward is None:
@@ -211,8 +201,6 @@ class TraceView:
     @functools.cached_property
     def module_classes(self) -> dict[str, str]:
         """Path -> class name of every module of the traced model, as recorded (empty if none was)."""
-        from .thunder_internals import recorded_classes
-
         view = self if self.phase == "forward" or self.forward is None else self.forward
         for op in view.ops:
             if op.bsym is not None:

@@ -27,19 +27,19 @@ from thunder.core.symbol import BoundSymbol, Symbol
 from thunder.core.trace import TraceCtx, TraceProvenance, TraceTag, from_trace
 from thunder.core.transform_common import Transform
 
-from .check import RuleTally
-from .compile import CompiledSpec, compile_spec
-from .errors import NvtxRegionsWarning, SelectorError
-from .parse import combine, parse
-from .plan import Plan, make_plan
-from .modules import chain_message
+from ..selection.unselected import RuleTally
+from ..selection.compile import CompiledSpec, compile_spec
+from ..core.errors import NvtxRegionsWarning, SelectorError
+from ..language.parse import combine, parse
+from ..selection.plan import Plan, make_plan
+from ..core.calls import chain_message
 from .runtime import DEFAULT_DOMAIN, Domain, Group, TraceRuntime, next_serial, rule_color
-from .thunder_internals import attached_as as _attached_as
-from .thunder_internals import backward_follows as _backward_follows
-from .thunder_internals import install_module_recorder
-from .thunder_internals import is_thunderfx_subgraph as _is_thunderfx_subgraph
-from .traceview import TraceView
-from .tree import Spec, render
+from ..attribution.thunder_internals import attached_as as _attached_as
+from ..attribution.thunder_internals import backward_follows as _backward_follows
+from ..attribution.thunder_internals import install_module_recorder
+from ..attribution.thunder_internals import is_thunderfx_subgraph as _is_thunderfx_subgraph
+from ..attribution.traceview import TraceView
+from ..language.tree import Spec, render
 
 # Module attribution needs the modules running while thunder traces: record
 # them for every function jitted after this import.

@@ -21,7 +21,7 @@ from typing import Iterator
 import lark
 from lark import Token, Transformer, v_args
 
-from .errors import SelectorError, SelectorSyntaxError
+from ..core.errors import SelectorError, SelectorSyntaxError
 from .tree import (
     KEYWORDS,
     All,

@@ -26,7 +26,7 @@ import types
 import weakref
 from typing import Any
 
-from .modules import Chain, ModuleCall
+from ..core.calls import Chain, ModuleCall, common_chain
 
 __all__ = [
     "AttributedFilename", "install_module_recorder", "recorded_chain", "recorded_classes",
@@ -211,7 +211,6 @@ def _fx_path(path: str) -> str:
 def recorded_chain(bsym: Any) -> Chain | None:
     """The module calls recorded for a bound symbol, or, for a fusion or an op
     recorded without one, the deepest call that contains all its parts'."""
-    from .modules import common_chain
 
     filename = getattr(bsym, "source_filename", None)
     if isinstance(filename, AttributedFilename) and not getattr(bsym.sym, "is_fusion", False):

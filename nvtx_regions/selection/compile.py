@@ -14,10 +14,12 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from .errors import SelectorError
-from .modules import ModuleCall, ancestors, class_matcher, path_matcher
-from .traceview import Phase, TraceView, bit_positions
-from .tree import (
+from ..core.errors import SelectorError
+from ..attribution.traceview import Phase, TraceView
+from ..core.bits import bit_positions
+from ..core.calls import ModuleCall, ancestors
+from ..core.globs import class_matcher, path_matcher
+from ..language.tree import (
     All,
     And,
     Backward,

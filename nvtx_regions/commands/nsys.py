@@ -30,9 +30,9 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .compile import CompiledRule, compile_spec
-from .runtime import DEFAULT_DOMAIN
-from .tree import Spec
+from ..selection.compile import CompiledRule, compile_spec
+from ..emission.runtime import DEFAULT_DOMAIN
+from ..language.tree import Spec
 
 __all__ = ["Flag", "NsysCommand", "nsys_command", "split_torchrun"]
 
@@ -211,8 +211,8 @@ def main(argv: list[str]) -> int:
     """Entry point of ``nvtx-regions nsys`` (argv after the subcommand name)."""
     import argparse
 
-    from .capture_command import split_command
-    from .parse import load
+    from .child import split_command
+    from ..language.parse import load
 
     parser = argparse.ArgumentParser(
         prog="nvtx-regions nsys",

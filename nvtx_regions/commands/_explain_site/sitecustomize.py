@@ -1,5 +1,5 @@
 """Loaded at interpreter start in the processes of ``nvtx-regions explain -- COMMAND``
-(this directory is first on their PYTHONPATH). Arms `nvtx_regions.explain_child`,
+(this directory is first on their PYTHONPATH). Arms `nvtx_regions.commands.explain_child`,
 then runs the sitecustomize that this one shadows, if there is one."""
 
 import os
@@ -19,7 +19,7 @@ def _chain() -> None:
 
 
 try:
-    from nvtx_regions.explain_child import install
+    from nvtx_regions.commands.explain_child import install
 
     install()
 finally:

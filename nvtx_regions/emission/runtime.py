@@ -43,7 +43,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from .compile import Gate
+from ..selection.compile import Gate
 
 __all__ = ["Domain", "TraceRuntime", "current_rank", "DEFAULT_DOMAIN"]
 

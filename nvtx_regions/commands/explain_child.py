@@ -1,6 +1,6 @@
 """The child side of ``nvtx-regions explain``: wrap ``thunder.jit``, and explain every jitted function at exit.
 
-``nvtx-regions explain`` puts ``nvtx_regions/_explain_site`` first on the
+``nvtx-regions explain`` puts ``nvtx_regions/commands/_explain_site`` first on the
 child's ``PYTHONPATH``; its ``sitecustomize`` calls `install` at interpreter
 start, in every Python process of the command (torchrun workers included).
 `install` does nothing unless ``NVTX_REGIONS_EXPLAIN_SPEC`` is set. It adds
@@ -67,7 +67,7 @@ def _patch(thunder: Any) -> None:
 
     @functools.wraps(original)
     def jit(fn, *args, **kwargs):
-        from nvtx_regions import NvtxProfileTransform
+        from ..emission.transform import NvtxProfileTransform
 
         transforms = list(kwargs.get("transforms") or [])
         own = any(isinstance(t, NvtxProfileTransform) for t in transforms)
@@ -93,8 +93,9 @@ def _patch(thunder: Any) -> None:
 
 
 def _report() -> list[dict[str, Any]]:
-    from nvtx_regions import SelectorError, explain
-    from nvtx_regions.rangeart import draw_ranges
+    from ..core.errors import SelectorError
+    from ..report.explanation import explain
+    from ..report.rangeart import draw_ranges
 
     spec = os.environ[ENV_SPEC]
     max_ops = int(os.environ.get(ENV_MAX_OPS) or 12)

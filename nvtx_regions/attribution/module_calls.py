@@ -37,134 +37,16 @@ Promises:
 
 from __future__ import annotations
 
-import fnmatch
-import functools
 import re
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
-from .traceview import bit_positions
+from ..core.bits import bit_positions
+from ..core.calls import Chain, common_chain
 
 if TYPE_CHECKING:
     from .traceview import TraceView
 
-__all__ = [
-    "ModuleCall",
-    "Chain",
-    "common_chain",
-    "path_matcher",
-    "class_matcher",
-    "ancestors",
-    "forward_chains",
-    "backward_origins",
-    "chain_message",
-]
-
-
-@dataclass(frozen=True)
-class ModuleCall:
-    """One call of a module's ``forward``: its path, class name and a process-wide call number."""
-
-    path: str
-    cls: str
-    call: int
-
-    @property
-    def name(self) -> str:
-        """The range message of this call: its path, or its class name for the root module."""
-        return self.path or self.cls
-
-
-# The module calls running when an op was recorded, outermost (the root) first.
-Chain = tuple[ModuleCall, ...]
-
-
-def common_chain(chains: Iterable[Chain | None]) -> Chain | None:
-    """The deepest module call that contains all `chains`, as a chain; None if none is given.
-
-    Two calls of the same module (shared weights) count as one, the earlier
-    call standing for both: the gradient they share is summed after the
-    earlier call's backward.
-    """
-    result: list[ModuleCall] | None = None
-    for chain in chains:
-        if chain is None:
-            continue
-        if result is None:
-            result = list(chain)
-            continue
-        depth = 0
-        for mine, theirs in zip(result, chain):
-            if mine.path != theirs.path:
-                break
-            if theirs.call < mine.call:
-                result[depth] = theirs
-            depth += 1
-        del result[depth:]
-    return None if result is None else tuple(result)
-
-
-def _split(path: str) -> tuple[str, ...]:
-    return tuple(path.split(".")) if path else ()
-
-
-def _component_matcher(glob: str) -> Callable[[tuple[str, ...]], bool]:
-    parts = glob.split(".")
-    compiled = [None if part == "**" else re.compile(fnmatch.translate(part)) for part in parts]
-
-    @functools.lru_cache(maxsize=None)
-    def match(i: int, path: tuple[str, ...], j: int) -> bool:
-        if i == len(compiled):
-            return j == len(path)
-        pattern = compiled[i]
-        if pattern is None:  # `**`: any number of components, none included
-            return any(match(i + 1, path, k) for k in range(j, len(path) + 1))
-        return j < len(path) and pattern.match(path[j]) is not None and match(i + 1, path, j + 1)
-
-    return lambda path: match(0, path, 0)
-
-
-@functools.lru_cache(maxsize=4096)
-def path_matcher(globs: tuple[str, ...]) -> Callable[[str], bool]:
-    """A test for one module path (not the root's): ``*`` stays within a dotted
-    component, ``**`` spans any number of them, as in ``PurePath.full_match``."""
-    matchers = [_component_matcher(g) for g in globs]
-
-    @functools.lru_cache(maxsize=None)
-    def matches(path: str) -> bool:
-        parts = _split(path)
-        return bool(parts) and any(m(parts) for m in matchers)
-
-    return matches
-
-
-@functools.lru_cache(maxsize=4096)
-def class_matcher(globs: tuple[str, ...]) -> Callable[[str], bool]:
-    """A test for a class name: `fnmatch.fnmatchcase` against any of the globs."""
-    pattern = re.compile("|".join(f"(?:{fnmatch.translate(g)})" for g in globs))
-    return lambda name: pattern.match(name) is not None
-
-
-def ancestors(chain: Chain, classes: dict[str, str]) -> list[tuple[str, str]]:
-    """(path, class name) of the op's module and of everything above it: every
-    prefix of its path (so a ``ModuleList``, whose ``forward`` never runs,
-    covers its children) and every call on its chain."""
-    found: dict[str, str] = {call.path: call.cls for call in chain}
-    if chain:
-        parts = _split(chain[-1].path)
-        for n in range(1, len(parts)):
-            prefix = ".".join(parts[:n])
-            if prefix not in found and prefix in classes:
-                found[prefix] = classes[prefix]
-    return list(found.items())
-
-
-def chain_message(chain: Chain | None) -> str | None:
-    """The innermost module's name, for short per-op messages."""
-    return chain[-1].name if chain else None
-
-
-# -- attribution ---------------------------------------------------------------
+__all__ = ["forward_chains", "backward_origins", "communication", "argument_copies"]
 
 
 def _fill(

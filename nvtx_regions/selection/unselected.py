@@ -14,11 +14,11 @@ import warnings
 from dataclasses import dataclass, field
 
 from .compile import CompiledRule, CompiledSpec
-from .errors import NvtxRegionsWarning, SelectorError
+from ..core.errors import NvtxRegionsWarning, SelectorError
 from .plan import Plan
-from .traceview import TraceView
-from .modules import class_matcher, path_matcher
-from .tree import ClassIn, EachClass, EachModule, ModuleIn, OpIn, Proxy, Reads, Source, walk
+from ..attribution.traceview import TraceView
+from ..core.globs import class_matcher, path_matcher
+from ..language.tree import ClassIn, EachClass, EachModule, ModuleIn, OpIn, Proxy, Reads, Source, walk
 
 __all__ = ["RuleTally", "op_hint"]
 
@@ -110,7 +110,7 @@ class RuleTally:
         if not classes:
             return [
                 "no op of these traces has a module: nvtx_regions records modules while thunder traces, "
-                "so import nvtx_regions.transform (or create the NvtxProfileTransform) before the first call"
+                "so import nvtx_regions.emission.transform (or create the NvtxProfileTransform) before the first call"
             ]
         names = sorted(p for p in classes if p) if by_path else sorted(set(classes.values()))
         what = "module" if by_path else "class"

@@ -1,0 +1,31 @@
+"""``nvtx-regions compare A B``: two captures side by side (`report.compare`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..core.errors import SelectorError
+from ..report.compare import _ANY, DEFAULT_DOMAIN_CAT, compare, render_table
+
+__all__ = ["compare_main"]
+
+
+def compare_main(args: Any) -> int:
+    """``nvtx-regions compare``: print the table; errors go to stderr with status 1."""
+    import sys
+    from pathlib import Path
+
+    names = args.names or [Path(args.a).stem, Path(args.b).stem]
+    if names[0] == names[1]:
+        names = [args.a, args.b]
+    domain = _ANY if args.domain is None else None if args.domain == DEFAULT_DOMAIN_CAT else args.domain
+    try:
+        rows = compare(args.a, args.b, domain=domain)
+    except SelectorError as error:
+        print(f"nvtx-regions compare: {error}", file=sys.stderr)
+        return 1
+    if not rows:
+        print("nvtx-regions compare: no complete ('ph': 'X') range events in either file", file=sys.stderr)
+        return 1
+    print(render_table(rows, *names))
+    return 0

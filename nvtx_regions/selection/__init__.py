@@ -1,0 +1,8 @@
+"""From a compiled spec and a trace to a plan of ranges.
+
+`selectors` evaluates filters over a trace view, `compile` turns a spec tree
+into one compiled rule per kind (op rules, regions, `each` rules) with
+run-time `Gate`s, `plan` lays the ranges of all rules over one trace, and
+`unselected` tells which rules selected nothing and why. Imports `core`,
+`language` and `attribution`.
+"""
