@@ -10,12 +10,11 @@ from hypothesis.extra.lark import from_lark
 
 from nvtx_regions import SelectorSyntaxError, parse, render
 from nvtx_regions.language import tree as T
-from nvtx_regions.language.parse import grammar_text
-from nvtx_regions.language.tree import KEYWORDS
+from nvtx_regions.language.grammar import grammar_text, syntax
 
+KEYWORDS = syntax().keywords
 GRAMMAR = lark.Lark(grammar_text(), parser="lalr")
-_KEYWORD_TERMINALS = {t.name: t.pattern.value for t in GRAMMAR.terminals if t.pattern.value in KEYWORDS}
-assert len(_KEYWORD_TERMINALS) == len(KEYWORDS), "a keyword of tree.KEYWORDS is missing from the grammar"
+_KEYWORD_TERMINALS = {name: word for name, word in syntax().literals.items() if word in KEYWORDS}
 
 _identifier = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,6}", fullmatch=True).filter(lambda s: s not in KEYWORDS)
 

@@ -14,7 +14,6 @@ import json
 import os
 import re
 import threading
-from importlib import resources
 from pathlib import Path
 from typing import Iterator
 
@@ -22,8 +21,8 @@ import lark
 from lark import Token, Transformer, v_args
 
 from ..core.errors import SelectorError, SelectorSyntaxError
+from .grammar import grammar_resource, grammar_text, syntax
 from .tree import (
-    KEYWORDS,
     All,
     And,
     Backward,
@@ -49,20 +48,6 @@ from .tree import (
 )
 
 __all__ = ["parse", "load", "combine", "grammar_text", "grammar_resource"]
-
-GRAMMAR_PACKAGE = "nvtx_regions"
-GRAMMAR_FILE = "grammar/nvtx_regions.lark"
-
-
-def grammar_resource() -> resources.abc.Traversable:
-    """The grammar file as installed with the package (shipped from `grammar/`)."""
-    return resources.files(GRAMMAR_PACKAGE).joinpath(GRAMMAR_FILE)
-
-
-def grammar_text() -> str:
-    """The text of `grammar_resource`."""
-    return grammar_resource().read_text(encoding="utf-8")
-
 
 class BracketNewlines:
     """Lark post-lexer: a newline inside ``( )`` or ``< >`` continues the rule.
@@ -306,12 +291,6 @@ _TERMINAL_WORDS = {
 _ORDER = ["COMMA", "MORETHAN", "RPAR", "COLON", "LPAR", "LESSTHAN"]
 
 
-@functools.lru_cache(maxsize=None)
-def _literal_terminals() -> dict[str, str]:
-    parser = lark.Lark(grammar_text(), parser="lalr")
-    return {t.name: t.pattern.value for t in parser.terminals if isinstance(t.pattern, lark.lexer.PatternStr)}
-
-
 @functools.lru_cache(maxsize=1)
 def _parser() -> lark.Lark:
     return lark.Lark(
@@ -327,12 +306,12 @@ def _parser() -> lark.Lark:
 def _describe_terminal(name: str) -> str:
     if name in _TERMINAL_WORDS:
         return _TERMINAL_WORDS[name]
-    literal = _literal_terminals().get(name)
+    literal = syntax().literals.get(name)
     return f'"{literal}"' if literal is not None else name.lower()
 
 
 def _alternatives(expected: set[str]) -> str:
-    literals = _literal_terminals()
+    literals = syntax().literals
 
     def order(name: str) -> tuple[int, str]:
         if name in _TERMINAL_WORDS:
@@ -366,12 +345,9 @@ def _got(token: Token) -> str:
     return '"' + _UNPRINTABLE.sub(lambda m: f"U+{ord(m.group()):04X}", str(token)) + '"'
 
 
-_WORD_AT = re.compile(r'[^\s,<>()";#]+')
-_WORD_BEFORE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*$")
-_FILTER_WORDS = [
-    "op", "reads", "between", "forward", "backward", "all", "rank", "steps", "not",
-    "module", "class", "each", "source",
-]  # fmt: skip
+# A word as the user wrote it (a GLOB), and the NAME just before a position.
+_WORD_AT = re.compile(syntax().patterns["GLOB"])
+_WORD_BEFORE = re.compile(f"({syntax().patterns['NAME']})\\s*$")
 
 
 def _message_for_token(error: lark.exceptions.UnexpectedToken, source_line: str, column: int) -> tuple[str, int]:
@@ -382,16 +358,17 @@ def _message_for_token(error: lark.exceptions.UnexpectedToken, source_line: str,
     expected = set(error.interactive_parser.accepts()) if error.interactive_parser else set(error.expected)
     before = source_line[: column - 1]
     word = _WORD_BEFORE.search(before)
-    if token.type == "COLON" and word and word.group(1) in KEYWORDS:
+    if token.type == "COLON" and word and word.group(1) in syntax().keywords:
         keyword = word.group(1)
         return (f'the label "{keyword}" is a keyword; quote it: "{keyword}":', word.start(1) + 1)
     if expected == {"COLON"} and word:
         name = word.group(1)
-        close = difflib.get_close_matches(name, _FILTER_WORDS, n=1)
+        starts = syntax().rule_starts
+        close = difflib.get_close_matches(name, starts, n=1)
         hint = f' (did you mean "{close[0]}"?)' if close else ""
         return (
             f'unknown filter "{name}"{hint}; a rule starts with a filter '
-            f"({', '.join(_FILTER_WORDS)}) or a label followed by \":\"",
+            f"({', '.join(starts)}) or a label followed by \":\"",
             word.start(1) + 1,
         )
     return (f"expected {_alternatives(expected)}{_closing_hint(expected)}, got {_got(token)}", column)
