@@ -21,7 +21,7 @@ from lark import Token, Transformer, v_args
 
 from ..core.errors import SelectorError
 from .grammar import grammar_resource, grammar_text
-from .syntax_messages import SpecTextError, describe_char, syntax_error_for
+from .syntax_messages import SpecTextError, describe_char, syntax_error_at, syntax_error_for
 from .tree import (
     All,
     And,
@@ -45,9 +45,16 @@ from .tree import (
     Source,
     Spec,
     Steps,
+    depth,
 )
 
-__all__ = ["parse", "load", "combine", "grammar_text", "grammar_resource"]
+__all__ = ["parse", "parse_bytes", "load", "combine", "MAX_NESTING", "grammar_text", "grammar_resource"]
+
+# How many levels deep a rule may nest (`tree.depth`). The passes over the tree
+# recurse (render takes about three Python frames a level); under pytest and a
+# thunder transform, rendering failed between 300 and 400 levels. 100 leaves
+# room for deeper callers, and is far more than any spec needs.
+MAX_NESTING = 100
 
 
 class BracketNewlines:
@@ -288,33 +295,60 @@ def parse(text: str, *, filename: str = "<select>") -> Spec:
     except (lark.exceptions.LarkError, SpecTextError) as error:
         raise syntax_error_for(error, text, filename) from None
     spans = parser.options.postlex.spans()
+    for rule, (start, _, _) in zip(rules, spans):
+        levels = depth(rule.expr)
+        if levels > MAX_NESTING:
+            raise syntax_error_at(
+                f"this rule nests {levels} levels deep, over the limit of {MAX_NESTING}; "
+                "simplify it (not not X is X; a and (b and c) is a and b and c)",
+                text=text, filename=filename, pos=start,
+            )  # fmt: skip
     rules = tuple(
         dataclasses.replace(rule, line=line, text=text[start:end]) for rule, (start, end, line) in zip(rules, spans)
     )
     return Spec(rules, filename=filename)
 
 
-def load(path: str | os.PathLike[str]) -> Spec:
-    """Read and parse a ``.nvtx`` file.
+def parse_bytes(data: bytes, filename: str) -> Spec:
+    """Decode and parse the bytes of a spec (a file's, or standard input's).
 
-    Raises `SelectorError` naming the path when it is missing, a directory, or
-    not UTF-8, and `SelectorSyntaxError` (with the path as its filename) when
-    its text does not parse.
+    Like Python for source files, a leading UTF-8 byte order mark is dropped.
+    Raises `SelectorError` naming `filename` for data that is not UTF-8 text
+    (with the byte offset) or is binary (holds a NUL byte), and
+    `SelectorSyntaxError` when the text does not parse.
+    """
+    nul = data.find(b"\x00")
+    if nul != -1:
+        raise SelectorError(f"{filename}: binary data, not spec text (a NUL byte at offset {nul}); a spec is UTF-8 text")
+    try:
+        text = data.removeprefix(b"\xef\xbb\xbf").decode("utf-8")
+    except UnicodeDecodeError as error:
+        bom = 3 if data.startswith(b"\xef\xbb\xbf") else 0
+        at = error.start + bom
+        line = data.count(b"\n", 0, at) + 1
+        raise SelectorError(
+            f"{filename}: not UTF-8 text (byte {at} is 0x{data[at]:02X}, on line {line}: {error.reason}); save it as UTF-8"
+        ) from None
+    return parse(text, filename=filename)
+
+
+def load(path: str | os.PathLike[str]) -> Spec:
+    """Read and parse a ``.nvtx`` file (decoded as `parse_bytes` does).
+
+    Raises `SelectorError` naming the path when it is missing, a directory,
+    unreadable, binary or not UTF-8, and `SelectorSyntaxError` (with the path
+    as its filename) when its text does not parse.
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except FileNotFoundError:
         raise SelectorError(f"{path}: no such spec file; check the path (working directory is {os.getcwd()})") from None
     except IsADirectoryError:
         raise SelectorError(f"{path}: is a directory; name a .nvtx file inside it") from None
-    except UnicodeDecodeError as error:
-        raise SelectorError(
-            f"{path}: not UTF-8 text (byte {error.start}: {error.reason}); save the file as UTF-8"
-        ) from None
     except OSError as error:
         raise SelectorError(f"{path}: cannot read the spec file: {error.strerror}") from None
-    return parse(text, filename=str(path))
+    return parse_bytes(data, str(path))
 
 
 def combine(select: str | None, spec: str | os.PathLike[str] | None) -> Spec | None:

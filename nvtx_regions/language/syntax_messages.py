@@ -32,6 +32,12 @@ class SpecTextError(Exception):
 
 # Characters that would garble or fail to print in a message.
 UNPRINTABLE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\ud800-\udfff]")
+# Characters that print as nothing: a word holding one looks right and does not parse.
+_INVISIBLE = re.compile("[\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
+# A message shows at most this many characters of a word, and of the line after the caret:
+# a binary or runaway input must not fill the terminal.
+_SHOWN_WORD = 40
+_SHOWN_AFTER = 80
 
 
 def describe_char(char: str) -> str:
@@ -101,7 +107,15 @@ def _found(token: Token) -> str:
         return "end of input"
     if token.type == "_NL":
         return "end of line"
-    return '"' + UNPRINTABLE.sub(lambda m: f"U+{ord(m.group()):04X}", str(token)) + '"'
+    word = str(token)
+    cut = f"\u2026\" ({len(word)} characters)" if len(word) > _SHOWN_WORD else '"'
+    return '"' + UNPRINTABLE.sub(lambda m: f"U+{ord(m.group()):04X}", word[:_SHOWN_WORD]) + cut
+
+
+def _invisible(char: str) -> str:
+    if char == "\ufeff":
+        return "unexpected U+FEFF, a byte order mark (invisible in most editors); remove it"
+    return f"unexpected U+{ord(char):04X}, an invisible character; remove it"
 
 
 def _message_for_token(error: lark.exceptions.UnexpectedToken, line: str, column: int) -> tuple[str, int]:
@@ -138,6 +152,11 @@ def syntax_error_at(message: str, *, text: str, filename: str, pos: int, width: 
     shown = UNPRINTABLE.sub("\ufffd", text[line_start:line_end].rstrip("\r"))
     lineno = text.count("\n", 0, pos) + 1
     offset = pos - line_start + 1
+    # Cut on the right only, so that `offset` stays the column in the user's line.
+    keep = max(offset + _SHOWN_AFTER, 2 * _SHOWN_AFTER)
+    if len(shown) > keep:
+        shown = shown[:keep] + "\u2026"
+        width = min(width, keep + 1 - offset)
     return SelectorSyntaxError(
         message, filename=filename, lineno=lineno, offset=offset, text=shown, end_offset=offset + max(width, 1)
     )
@@ -151,6 +170,8 @@ def syntax_error_for(error: Exception, text: str, filename: str) -> SelectorSynt
         return syntax_error_at(error.message, text=text, filename=filename, pos=token.start_pos, width=len(token))
     if isinstance(error, lark.exceptions.UnexpectedCharacters):
         char = text[error.pos_in_stream]
+        if _INVISIBLE.match(char):
+            return syntax_error_at(_invisible(char), text=text, filename=filename, pos=error.pos_in_stream)
         if UNPRINTABLE.match(char):
             char = f"U+{ord(char):04X}"
         expected = set(error.allowed or ())
@@ -171,6 +192,11 @@ def syntax_error_for(error: Exception, text: str, filename: str) -> SelectorSynt
                 # The fallback lexer may have matched only part of the word the user wrote.
                 token = Token(token.type, word.group(0), start_pos=pos)
                 error.token, width = token, len(token)
+            invisible = _INVISIBLE.search(token) if token.type != "STRING" else None
+            if invisible is not None:
+                return syntax_error_at(
+                    _invisible(invisible.group()), text=text, filename=filename, pos=pos + invisible.start()
+                )
         line_start = text.rfind("\n", 0, pos) + 1
         line_end = text.find("\n", pos)
         line = text[line_start : len(text) if line_end == -1 else line_end]

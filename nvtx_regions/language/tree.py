@@ -46,6 +46,7 @@ __all__ = [
     "Visitor",
     "render",
     "walk",
+    "depth",
 ]
 
 # Words the grammar reserves (derived from it); a label or proxy spelled like
@@ -292,6 +293,21 @@ def walk(expr: Expr) -> Iterator[Expr | Proxy]:
         if not isinstance(node, (First, Last)):
             yield node
         stack.extend(reversed(_CHILDREN.visit(node)))
+
+
+def depth(expr: Expr) -> int:
+    """How many nodes deep `expr` nests (a filter alone is 1, ``not all`` is 2).
+
+    Iterative, so that it answers for any depth; the recursive passes
+    (`render`, compile, equality) rely on `parse` refusing deep trees.
+    """
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(expr, 1)]
+    while stack:
+        node, level = stack.pop()
+        deepest = max(deepest, level)
+        stack.extend((child, level + 1) for child in _CHILDREN.visit(node))
+    return deepest
 
 
 # What may be written unquoted: the grammar's own NAME and GLOB terminals.
