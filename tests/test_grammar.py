@@ -71,3 +71,11 @@ def test_no_second_copy_of_the_keywords_in_the_package():
         for m in listing.finditer(text)
     ]
     assert copies == []
+
+
+def test_every_kind_of_word_in_the_grammar_has_words_in_messages():
+    from nvtx_regions.language.syntax_messages import _TERMINAL_WORDS
+
+    # A terminal defined by a regex (not ignored) needs a description in the user's words.
+    ignored = {"COMMENT"} | {name for name in syntax().patterns if name.startswith("__IGNORE")}
+    assert set(syntax().patterns) - ignored <= set(_TERMINAL_WORDS)
