@@ -70,6 +70,7 @@ from ..language.tree import (
     Rule,
     Source,
     Spec,
+    conjuncts as split_conjuncts,
     render,
     walk,
 )
@@ -89,10 +90,6 @@ _SUPPORTED = (
     "in annotate() a rule is 'each module <...>' or 'each class <...>', optionally joined with 'and' to "
     "'forward', 'backward', 'module <...>', 'class <...>', 'rank in <...>' and 'steps a..b'"
 )
-
-
-def _conjuncts(expr: Any) -> list[Any]:
-    return list(expr.operands) if isinstance(expr, And) else [expr]
 
 
 @dataclass(frozen=True)
@@ -135,7 +132,7 @@ def _eager_rules(spec: Spec) -> list[_EagerRule]:
                     f"{describe}: {render(expr)!r} {_TRACE_ONLY[type(expr)]}, and eager PyTorch has no trace, "
                     f"only module calls; {_SUPPORTED}. Use NvtxProfileTransform for this rule"
                 )
-        conjuncts = _conjuncts(rule.expr)
+        conjuncts = split_conjuncts(rule.expr)
         for expr in conjuncts:
             if isinstance(expr, (Not, Or)):
                 raise SelectorError(

@@ -45,6 +45,7 @@ __all__ = [
     "Visitor",
     "render",
     "walk",
+    "conjuncts",
 ]
 
 # Words the grammar reserves at the start of a rule; a label spelled like one
@@ -284,6 +285,17 @@ class _Children(Visitor):
 
 
 _CHILDREN = _Children()
+
+
+def conjuncts(expr: Expr) -> list[Expr]:
+    """The operands of a top-level `and`, with parenthesized `and`s inside it flattened.
+
+    Every pass that sorts a rule's top-level parts (compile, eager) reads them
+    through this one function, so ``(a and b) and c`` means ``a and b and c`` everywhere.
+    """
+    if not isinstance(expr, And):
+        return [expr]
+    return [part for operand in expr.operands for part in conjuncts(operand)]
 
 
 def walk(expr: Expr) -> Iterator[Expr | Proxy]:

@@ -43,6 +43,7 @@ from ..language.tree import (
     Source,
     Spec,
     Steps,
+    conjuncts as split_conjuncts,
     render,
     walk,
 )
@@ -280,13 +281,6 @@ def _span(first: int, last: int) -> int:
     return ((1 << (last + 1)) - 1) ^ ((1 << first) - 1)
 
 
-def _conjuncts(expr: Expr) -> list[Expr]:
-    """The operands of a top-level `and`, with parenthesized `and`s inside it flattened."""
-    if not isinstance(expr, And):
-        return [expr]
-    return [part for operand in expr.operands for part in _conjuncts(operand)]
-
-
 class _Compiler:
     def __init__(self, rule: Rule, describe: str) -> None:
         self.rule = rule
@@ -435,7 +429,7 @@ def compile_spec(spec: Spec) -> CompiledSpec:
     compiled_rules = []
     for number, rule in enumerate(spec.rules):
         compiler = _Compiler(rule, rule.describe(spec.filename))
-        conjuncts = _conjuncts(rule.expr)
+        conjuncts = split_conjuncts(rule.expr)
         gates = [e for e in conjuncts if isinstance(e, (RankIn, Steps))]
         rest = [e for e in conjuncts if not isinstance(e, (RankIn, Steps))]
         for expr in rest:
