@@ -43,17 +43,17 @@ threads, and ranges a failed backward leaves there are not recovered.
 
 from __future__ import annotations
 
-import difflib
 import threading
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..selection.compile import CompiledRule, compile_spec
-from ..core.errors import NvtxRegionsWarning, SelectorError
-from ..core.globs import class_matcher, path_matcher
+from ..selection.unselected import nearest, report_unselected
+from ..core.errors import SelectorError
+from ..core.globs import name_matcher, path_matcher
 from ..language.parse import combine, parse
-from .runtime import DEFAULT_DOMAIN, Domain, current_rank, rule_color
+from ..core.naming import DEFAULT_DOMAIN, module_call_name, range_message, rule_category, rule_color
+from .runtime import Domain, current_rank
 from ..language.tree import (
     All,
     And,
@@ -117,7 +117,7 @@ def _scope(expr: ModuleIn | ClassIn) -> Callable[[list[tuple[str, str]]], bool]:
     if isinstance(expr, ModuleIn):
         matches = path_matcher(expr.globs)
         return lambda above: any(matches(path) for path, _ in above)
-    matches = class_matcher(expr.globs)
+    matches = name_matcher(expr.globs)
     return lambda above: any(matches(cls) for _, cls in above)
 
 
@@ -225,9 +225,9 @@ class EagerAnnotation:
         """(pass, message) of every range a step emits per module call, in module order."""
         out = []
         for target in self._targets:
-            name = target.path or type(target.module).__name__
-            out += [("forward", name)] * len(target.forward)
-            out += [("backward", name + " (backward)")] * len(target.backward)
+            name = module_call_name(target.path, type(target.module).__name__)
+            out += [("forward", range_message(name, "forward"))] * len(target.forward)
+            out += [("backward", range_message(name, "backward"))] * len(target.backward)
         return out
 
     def remove(self) -> None:
@@ -260,16 +260,16 @@ class EagerAnnotation:
         for path, module in named:
             cls = type(module).__name__
             above = _above(path, classes)
-            name = path or cls
+            name = module_call_name(path, cls)
             target = _Target(module, path, was_full_backward_hook=module._is_full_backward_hook)
             for index, rule in enumerate(self.rules):
                 if not rule.selects(path, cls, above):
                     continue
                 self._selected[index] += 1
-                category = rule.rule.label or rule.rule.text or render(rule.rule)
+                category = rule_category(rule.rule)
                 color = rule_color(rule.compiled.number)
                 for phase in rule.passes():
-                    message = name if phase == "forward" else name + " (backward)"
+                    message = range_message(name, phase)
                     attributes = self.domain.attributes(message, color=color, category=category)
                     getattr(target, phase).append((index, attributes))
             if target.forward or target.backward:
@@ -306,19 +306,15 @@ class EagerAnnotation:
                 reason = "'forward and backward' is never true"
             else:
                 names = paths if each.by == "module" else classes
-                matcher = path_matcher if each.by == "module" else class_matcher
+                matcher = path_matcher if each.by == "module" else name_matcher
                 missing = [g for g in rule.each_globs if not any(map(matcher((g,)), names))]
                 if missing:
-                    close = difflib.get_close_matches(missing[0], names, n=3, cutoff=0.5)
-                    hint = f" (nearest: {', '.join(close)})" if close else ""
+                    hint = nearest(missing[0], names)
                     reason = f"{each.by} {missing[0]!r} matches no module of this {type(self.model).__name__}{hint}"
                 else:
                     reason = "its 'module <...>' / 'class <...>' scope excludes every module it matches"
             problems.append(f"{rule.compiled.describe()} selected no module; {reason}")
-        if problems and strict:
-            raise SelectorError("; ".join(problems))
-        for problem in problems:
-            warnings.warn(problem, NvtxRegionsWarning, stacklevel=4)
+        report_unselected(problems, strict=strict, stacklevel=4)
 
     def _stack(self) -> list[_Open]:
         stack = self._local.__dict__.get("stack")

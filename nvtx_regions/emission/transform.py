@@ -33,7 +33,8 @@ from ..core.errors import NvtxRegionsWarning, SelectorError
 from ..language.parse import combine, parse
 from ..selection.plan import Plan, make_plan
 from ..core.calls import chain_message
-from .runtime import DEFAULT_DOMAIN, Domain, Group, TraceRuntime, next_serial, rule_color
+from ..core.naming import DEFAULT_DOMAIN, rule_category, rule_color
+from .runtime import Domain, Group, TraceRuntime, next_serial
 from ..attribution.thunder_internals import attached_as as _attached_as
 from ..attribution.thunder_internals import backward_follows as _backward_follows
 from ..attribution.thunder_internals import install_module_recorder
@@ -329,7 +330,7 @@ class NvtxProfileTransform(Transform):
             open_ends.append(planned.end)
             rule = self.compiled.rules[planned.rules[0]]
             attributes = self.domain.attributes(
-                message, color=rule_color(rule.number), category=rule.rule.label or rule.rule.text or render(rule.rule)
+                message, color=rule_color(rule.number), category=rule_category(rule.rule)
             )
             attr_name = f"{prefix}_attr_{number}"
             group = groups[planned.gate]

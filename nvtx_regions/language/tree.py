@@ -217,6 +217,11 @@ class Rule:
     line: int | None = field(default=None, compare=False)
     text: str | None = field(default=None, compare=False)
 
+    @property
+    def written(self) -> str:
+        """The rule's text as the user wrote it, or its canonical text for a rule built in code."""
+        return self.text or render(self)
+
     def describe(self, filename: str | None = None) -> str:
         """A short human name for this rule, for warnings and errors."""
         where = f"{filename or '<select>'}:{self.line}" if self.line else (filename or "<select>")

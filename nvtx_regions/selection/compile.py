@@ -8,17 +8,14 @@ start).
 
 from __future__ import annotations
 
-import fnmatch
-import functools
-import re
 from dataclasses import dataclass
 from typing import Callable
 
 from ..core.errors import SelectorError
 from ..attribution.traceview import Phase, TraceView
-from ..core.bits import bit_positions
 from ..core.calls import ModuleCall, ancestors
-from ..core.globs import class_matcher, path_matcher
+from ..core.globs import name_matcher, path_matcher, source_matcher
+from ..core.naming import range_message
 from ..language.tree import (
     All,
     And,
@@ -151,8 +148,10 @@ class EachSelector:
                     entry = found.setdefault(call, [depth, position, position, 0])
                     entry[2] = position
                     entry[3] |= 1 << position
-        suffix = " (backward)" if view.phase == "backward" else ""
-        spans = [CallSpan(call, d, first, last, mask, call.name + suffix) for call, (d, first, last, mask) in found.items()]
+        spans = [
+            CallSpan(call, d, first, last, mask, range_message(call.name, view.phase))
+            for call, (d, first, last, mask) in found.items()
+        ]
         spans.sort(key=lambda span: (span.first, -span.last, span.depth))
         return spans
 
@@ -191,17 +190,9 @@ class CompiledSpec:
         return any(rule.gate is not None for rule in self.rules)
 
 
-@functools.lru_cache(maxsize=4096)
-def _glob_matcher(globs: tuple[str, ...]) -> Callable[[str], bool]:
-    # fnmatchcase semantics (case-sensitive on every OS), one regex per glob
-    # list; cached, since big specs repeat their lists.
-    pattern = re.compile("|".join(f"(?:{fnmatch.translate(g)})" for g in globs))
-    return lambda name: pattern.match(name) is not None
-
-
 def _glob_selector(globs: tuple[str, ...], masks: Callable[[TraceView], dict[str, int]]) -> Selector:
     """Select the positions of every name in `masks(view)` (name -> bitset) that a glob matches."""
-    matches = _glob_matcher(globs)
+    matches = name_matcher(globs)
 
     def select(view: TraceView) -> int:
         mask = 0
@@ -215,7 +206,7 @@ def _glob_selector(globs: tuple[str, ...], masks: Callable[[TraceView], dict[str
 
 def _module_selector(by: str, globs: tuple[str, ...]) -> Selector:
     """Ops attributed to a module, or a module above it, whose path (or class name) matches."""
-    matches = path_matcher(globs) if by == "module" else class_matcher(globs)
+    matches = path_matcher(globs) if by == "module" else name_matcher(globs)
     key = (by, globs)
 
     def select(view: TraceView) -> int:
@@ -233,13 +224,13 @@ def _module_selector(by: str, globs: tuple[str, ...]) -> Selector:
 
 
 def _source_selector(source: Source) -> Selector:
-    patterns = (source.file, "*/" + source.file)
+    in_file = source_matcher(source.file)
 
     def select(view: TraceView) -> int:
         mask = 0
         for position, lines in enumerate(view.source_lines):
             for filename, line in lines:
-                if source.first <= line <= source.last and any(fnmatch.fnmatchcase(filename, p) for p in patterns):
+                if source.first <= line <= source.last and in_file(filename):
                     mask |= 1 << position
                     break
         return mask
@@ -445,9 +436,9 @@ def compile_spec(spec: Spec) -> CompiledSpec:
             if others:
                 raise compiler.error(_EACH_ALONE.format(each=render(found)))
             by = "module" if isinstance(found, EachModule) else "class"
-            matches = path_matcher(found.globs) if by == "module" else class_matcher(found.globs)
+            matches = path_matcher(found.globs) if by == "module" else name_matcher(found.globs)
             tests = tuple(
-                ("module", path_matcher(e.globs)) if isinstance(e, ModuleIn) else ("class", class_matcher(e.globs))
+                ("module", path_matcher(e.globs)) if isinstance(e, ModuleIn) else ("class", name_matcher(e.globs))
                 for e in within
             )
             selector_each = EachSelector(by, matches, phase, never, tests)

@@ -9,7 +9,6 @@ and, for names that are in none of those traces, the nearest names that are.
 from __future__ import annotations
 
 import difflib
-import fnmatch
 import warnings
 from dataclasses import dataclass, field
 
@@ -17,10 +16,10 @@ from .compile import CompiledRule, CompiledSpec
 from ..core.errors import NvtxRegionsWarning, SelectorError
 from .plan import Plan
 from ..attribution.traceview import TraceView
-from ..core.globs import class_matcher, path_matcher
+from ..core.globs import name_matcher, path_matcher, source_matcher
 from ..language.tree import ClassIn, EachClass, EachModule, ModuleIn, OpIn, Proxy, Reads, Source, walk
 
-__all__ = ["RuleTally", "op_hint"]
+__all__ = ["RuleTally", "op_hint", "report_unselected", "nearest"]
 
 # Ops that thunder 0.2.6 decomposes before the trace a transform sees, so that
 # their name is in no trace: name -> the ops that run instead.
@@ -33,7 +32,7 @@ WHOLE_SELECTION: dict[str, str] = {"gelu": "class <GELU> (the GELU modules' ops)
 def op_hint(glob: str, op_names: list[str]) -> str:
     """Advice for an op pattern that matches nothing: the op's name in the trace, or why it has none."""
     last = glob.rsplit(".", 1)[-1]
-    if last != glob and any(fnmatch.fnmatchcase(name, last) for name in op_names):
+    if last != glob and any(map(name_matcher((last,)), op_names)):
         # The printed trace calls e.g. torch.nn.functional.linear; the op is named linear.
         return f"; ops go by their symbol's name, not the callable the trace prints: write {last!r}"
     if glob in DECOMPOSED:
@@ -41,6 +40,27 @@ def op_hint(glob: str, op_names: list[str]) -> str:
         alternative = f", or write {WHOLE_SELECTION[glob]}" if glob in WHOLE_SELECTION else ""
         return f"; thunder decomposes {glob} into {parts}, so no op is named {glob!r}: select those ops{alternative}"
     return ""
+
+
+def nearest(name: str, candidates: list[str]) -> str:
+    """`` (nearest: a, b, c)`` naming up to three candidates close to `name`, or ``""``."""
+    close = difflib.get_close_matches(name, candidates, n=3, cutoff=0.5)
+    return f" (nearest: {', '.join(close)})" if close else ""
+
+
+def report_unselected(problems: list[str], *, strict: bool, stacklevel: int) -> None:
+    """Say that rules selected nothing: one `NvtxRegionsWarning` per problem, or
+    with `strict` one `SelectorError` naming them all.
+
+    `stacklevel` counts from the caller of this function, as for `warnings.warn`.
+    Thunder traces and eager hooks report through here alike.
+    """
+    if not problems:
+        return
+    if strict:
+        raise SelectorError("; ".join(problems))
+    for problem in problems:
+        warnings.warn(problem, NvtxRegionsWarning, stacklevel=stacklevel + 1)
 
 
 @dataclass
@@ -68,12 +88,7 @@ class RuleTally:
         for rule in self.unselected():
             reason = self.reason(rule)
             problems.append(f"{rule.describe()} selected nothing in {where}{'; ' + reason if reason else ''}")
-        if not problems:
-            return
-        if strict:
-            raise SelectorError("; ".join(problems))
-        for problem in problems:
-            warnings.warn(problem, NvtxRegionsWarning, stacklevel=4)
+        report_unselected(problems, strict=strict, stacklevel=4)
 
     def reason(self, rule: CompiledRule) -> str:
         """Why `rule` may have selected nothing: its names that are in none of the traces."""
@@ -89,7 +104,7 @@ class RuleTally:
                     notes.append(self._missing(f"proxy {part.name!r}", part.name, candidates, verb="is produced by no compute op and is no argument"))
             elif isinstance(part, OpIn):
                 for glob in part.globs:
-                    if not any(fnmatch.fnmatchcase(name, glob) for name in op_names):
+                    if not any(map(name_matcher((glob,)), op_names)):
                         notes.append(self._missing(f"op {glob!r}", glob, op_names) + op_hint(glob, op_names))
             elif isinstance(part, (ModuleIn, EachModule, ClassIn, EachClass)):
                 notes.extend(self._module_reasons(part))
@@ -98,7 +113,7 @@ class RuleTally:
             elif isinstance(part, Reads):
                 names = sorted({n for view in self.views for n in view.by_read})
                 for glob in part.globs:
-                    if not any(fnmatch.fnmatchcase(name, glob) for name in names):
+                    if not any(map(name_matcher((glob,)), names)):
                         notes.append(self._missing(f"read {glob!r}", glob, names))
         return "; ".join(notes)
 
@@ -116,7 +131,7 @@ class RuleTally:
         what = "module" if by_path else "class"
         notes = []
         for glob in part.globs:
-            matches = path_matcher((glob,)) if by_path else class_matcher((glob,))
+            matches = path_matcher((glob,)) if by_path else name_matcher((glob,))
             hits = [n for n in names if matches(n)]
             if not hits:
                 notes.append(self._missing(f"{what} {glob!r}", glob, names))
@@ -148,7 +163,8 @@ class RuleTally:
         if not lines:
             return f"source <{part.text()}> selects forward ops only, and these traces have no source lines (backward ops carry none)"
         files = sorted({name for name, _ in lines})
-        same = [line for name, line in lines if fnmatch.fnmatchcase(name, part.file) or fnmatch.fnmatchcase(name, "*/" + part.file)]
+        in_file = source_matcher(part.file)
+        same = [line for name, line in lines if in_file(name)]
         if not same:
             short = sorted({name.rsplit("/", 1)[-1] for name in files})
             return self._missing(f"source file {part.file!r}", part.file, short)
@@ -165,6 +181,4 @@ class RuleTally:
 
     @staticmethod
     def _missing(what: str, name: str, candidates: list[str], verb: str = "matches nothing") -> str:
-        close = difflib.get_close_matches(name, candidates, n=3, cutoff=0.5)
-        hint = f" (nearest: {', '.join(close)})" if close else ""
-        return f"{what} {verb} in these traces{hint}"
+        return f"{what} {verb} in these traces{nearest(name, candidates)}"
