@@ -43,11 +43,12 @@ threads, and ranges a failed backward leaves there are not recovered.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..selection.compile import CompiledRule, compile_spec
+from ..selection.compile import EachRule, compile_spec
 from ..selection.unselected import nearest, report_unselected
 from ..core.errors import SelectorError
 from ..core.globs import name_matcher, path_matcher
@@ -96,20 +97,19 @@ _SUPPORTED = (
 class _EagerRule:
     """One rule in eager form: which modules, which passes, under which scope and gate."""
 
-    compiled: CompiledRule  # of the rule without its module/class scope: gate, each selector
+    compiled: EachRule  # of the rule without its module/class scope: gate, each selector
     rule: Rule  # as the user wrote it: its category, colour and errors
     scopes: tuple[Callable[[list[tuple[str, str]]], bool], ...]
     each_globs: tuple[str, ...]
 
     def selects(self, path: str, cls: str, above: list[tuple[str, str]]) -> bool:
         each = self.compiled.each
-        assert each is not None
         if each.never or not each.matches(path if each.by == "module" else cls):
             return False
         return all(scope(above) for scope in self.scopes)
 
     def passes(self) -> tuple[str, ...]:
-        phase = self.compiled.each.phase  # type: ignore[union-attr]
+        phase = self.compiled.each.phase
         return ("forward", "backward") if phase is None else (phase,)
 
 
@@ -159,7 +159,9 @@ def _eager_rules(spec: Spec) -> list[_EagerRule]:
             (compiled,) = compile_spec(Spec((reduced,), filename=spec.filename)).rules
         except SelectorError as error:
             raise SelectorError(str(error).replace(reduced.describe(spec.filename), describe, 1)) from None
-        compiled = CompiledRule(rule, number, None, None, compiled.gate, spec.filename, compiled.each)
+        if not isinstance(compiled, EachRule):
+            raise TypeError(f"{describe}: compiled as {type(compiled).__name__}, not as an each rule")
+        compiled = dataclasses.replace(compiled, rule=rule, number=number)
         (found,) = [e for e in conjuncts if isinstance(e, (EachModule, EachClass))][:1]
         rules.append(_EagerRule(compiled, rule, scopes, found.globs))
     return rules
@@ -301,7 +303,6 @@ class EagerAnnotation:
             if count:
                 continue
             each = rule.compiled.each
-            assert each is not None
             if each.never:
                 reason = "'forward and backward' is never true"
             else:

@@ -52,10 +52,7 @@ class Explanation:
     def __str__(self) -> str:
         out = []
         for rule, per_trace in zip(self.rules, self.traces):
-            kind = (
-                "one range per module call" if rule.each is not None
-                else "one range per region" if rule.region is not None else "one range per op"
-            )  # fmt: skip
+            kind = rule.ranges_text
             gate = f", gated: {rule.gate.text()}" if rule.gate is not None else ""
             out.append(f"{rule.describe()}: {kind}{gate}")
             for found in per_trace:
@@ -157,8 +154,9 @@ def explain(
 
 
 def _rule_in_trace(rule: CompiledRule, view: TraceView, plan: Plan) -> RuleInTrace:
-    selected = tuple(bit_positions(plan.selected_per_rule[rule.number]))
-    region = (selected[0], selected[-1]) if rule.region is not None and selected else None
+    ranges = plan.per_rule[rule.number]
+    selected = tuple(bit_positions(ranges.selected))
+    region = None if ranges.region is None else (ranges.region.first, ranges.region.last)
     lines = tuple(_one_line(view.ops[p].bsym) if view.ops[p].bsym is not None else view.ops[p].name for p in selected)
     saved_by: list[tuple[str, ...]] = []
     forward = view.forward
@@ -171,11 +169,7 @@ def _rule_in_trace(rule: CompiledRule, view: TraceView, plan: Plan) -> RuleInTra
         saved_by.append(tuple(found[:4]) + ((f"... {len(found) - 4} more",) if len(found) > 4 else ()))
     chains = view.module_chains
     modules = tuple((chains[p][-1].name if chains[p] else None) for p in selected)
-    calls: tuple[tuple[str, int, int, int], ...] = ()
-    if rule.each is not None:
-        calls = tuple(
-            (span.message, span.first, span.last, bin(span.positions).count("1")) for span in rule.each.spans(view)
-        )
+    calls = tuple((span.label, span.first, span.last, bin(span.positions).count("1")) for span in ranges.calls)
     return RuleInTrace(
-        view.name, view.phase, plan.ranges_per_rule[rule.number], region, selected, lines, tuple(saved_by), modules, calls
+        view.name, view.phase, ranges.ranges, region, selected, lines, tuple(saved_by), modules, calls
     )

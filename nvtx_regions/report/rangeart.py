@@ -72,12 +72,11 @@ def draw_ranges(explanation: Any) -> str:
         regions: list[_Node] = []
         leaves: dict[int, list[str]] = {}
         for rule, f in zip(rules, found):
-            if getattr(rule, "each", None) is not None:  # one region per module call, named by its path
-                regions.extend(_Node(message, first, last, True) for message, first, last, _ in f.calls)
-            elif rule.region is not None:
-                if f.region is not None and f.ranges:
-                    regions.append(_Node(rule_category(rule.rule), f.region[0], f.region[1], True))
-            else:
+            # One region per module call of an each rule, named by its path.
+            regions.extend(_Node(message, first, last, True) for message, first, last, _ in f.calls)
+            if f.region is not None and f.ranges:
+                regions.append(_Node(rule_category(rule.rule), f.region[0], f.region[1], True))
+            if rule.per_op:
                 for position in f.selected:
                     leaves.setdefault(position, []).append(rule_category(rule.rule))
         nodes = regions + [_Node("+".join(names), p, p, False) for p, names in leaves.items()]
