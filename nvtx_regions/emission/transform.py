@@ -30,12 +30,12 @@ from thunder.core.transform_common import Transform
 from ..selection.unselected import RuleTally
 from ..selection.compile import CompiledSpec, compile_spec
 from ..core.errors import NvtxRegionsWarning, SelectorError
-from ..language.parse import combine, parse
+from ..language.parse import parse, spec_from_arguments
 from ..selection.plan import Plan, make_plan
 from ..core.calls import chain_message
 from ..core.naming import DEFAULT_DOMAIN, rule_category, rule_color
 from .runtime import Domain, Group, TraceRuntime, next_serial
-from ..attribution.thunder_internals import attached_as as _attached_as
+from ..attribution.thunder_internals import ignored_jit_keyword
 from ..attribution.thunder_internals import backward_follows as _backward_follows
 from ..attribution.thunder_internals import install_module_recorder
 from ..attribution.thunder_internals import is_thunderfx_subgraph as _is_thunderfx_subgraph
@@ -145,7 +145,7 @@ class NvtxProfileTransform(Transform):
         self.spec_path = None if spec is None else os.fspath(spec)
         self.domain_name = domain
         self.strict = bool(strict)
-        self._setup(combine(select, self.spec_path) or parse("all"))
+        self._setup(spec_from_arguments(select, self.spec_path) or parse("all"))
         if not self.spec.rules:
             given = f"spec={self.spec_path!r}" if select is None else f"select={select!r}"
             message = (
@@ -391,7 +391,7 @@ def _warn_never_called() -> None:
     for transform in list(_created):
         if transform._traces_seen:
             continue
-        attached = _attached_as(transform)
+        attached = ignored_jit_keyword(transform)
         if attached:
             described.append(f"{transform!r} (passed to thunder.jit({attached[0]}) as {attached[1]}=, which thunder ignores)")
         elif not transform._copied:

@@ -16,7 +16,7 @@ from typing import Any
 from ..selection.unselected import RuleTally
 from ..selection.compile import CompiledRule, compile_spec
 from ..core.errors import SelectorError
-from ..language.parse import combine
+from ..language.parse import spec_from_arguments
 from ..selection.plan import Plan, make_plan
 from ..attribution.traceview import TraceView
 from ..core.bits import bit_positions
@@ -106,9 +106,9 @@ def _traces_of(target: Any) -> list[Any]:
 
 
 def _spec_of(target: Any, select: str | None, spec: str | os.PathLike[str] | None) -> Spec:
-    combined = combine(select, spec)
-    if combined is not None:
-        return combined
+    given = spec_from_arguments(select, spec)
+    if given is not None:
+        return given
     import thunder
 
     from ..emission.transform import NvtxProfileTransform

@@ -17,15 +17,15 @@ from ..core.errors import NvtxRegionsWarning, SelectorError
 from .plan import Plan
 from ..attribution.traceview import TraceView
 from ..core.globs import name_matcher, path_matcher, source_matcher
-from ..language.tree import ClassIn, EachClass, EachModule, ModuleIn, OpIn, Proxy, Reads, Source, walk
+from ..language.tree import ClassIn, EachClass, EachModule, ModuleIn, OpIn, Proxy, Reads, Source, Visitor, walk
 
 __all__ = ["RuleTally", "op_hint", "report_unselected", "nearest"]
 
 # Ops that thunder 0.2.6 decomposes before the trace a transform sees, so that
 # their name is in no trace: name -> the ops that run instead.
 DECOMPOSED = {"gelu": ("erf", "mul", "add")}
-# The one place for a selection that covers a decomposed op as a whole, named
-# in its hint: e.g. "gelu": "class <GELU>" once module selection exists.
+# A selection that covers a decomposed op as a whole (the ops of the modules
+# that call it), named in its hint.
 WHOLE_SELECTION: dict[str, str] = {"gelu": "class <GELU> (the GELU modules' ops)"}
 
 
@@ -92,33 +92,58 @@ class RuleTally:
 
     def reason(self, rule: CompiledRule) -> str:
         """Why `rule` may have selected nothing: its names that are in none of the traces."""
-        op_names = sorted({op.name for view in self.views for op in view.ops})
-        notes = []
-        for part in walk(rule.rule.expr):
-            if isinstance(part, Proxy):
-                if not any(
-                    view.region_start(part.name) is not None or view.region_end(part.name) is not None
-                    for view in self.views
-                ):
-                    candidates = sorted({n for view in self.views for n in view.proxy_names})
-                    notes.append(self._missing(f"proxy {part.name!r}", part.name, candidates, verb="is produced by no compute op and is no argument"))
-            elif isinstance(part, OpIn):
-                for glob in part.globs:
-                    if not any(map(name_matcher((glob,)), op_names)):
-                        notes.append(self._missing(f"op {glob!r}", glob, op_names) + op_hint(glob, op_names))
-            elif isinstance(part, (ModuleIn, EachModule, ClassIn, EachClass)):
-                notes.extend(self._module_reasons(part))
-            elif isinstance(part, Source):
-                notes.append(self._source_reason(part))
-            elif isinstance(part, Reads):
-                names = sorted({n for view in self.views for n in view.by_read})
-                for glob in part.globs:
-                    if not any(map(name_matcher((glob,)), names)):
-                        notes.append(self._missing(f"read {glob!r}", glob, names))
-        return "; ".join(notes)
+        why = _WhyNothing(self.views)
+        return "; ".join(note for part in walk(rule.rule.expr) for note in why.visit(part))
 
-    def _module_reasons(self, part: ModuleIn | EachModule | ClassIn | EachClass) -> list[str]:
-        by_path = isinstance(part, (ModuleIn, EachModule))
+
+class _WhyNothing(Visitor):
+    """Per node of a rule: the names it uses that are in none of `views`, and what to write instead."""
+
+    def __init__(self, views: list[TraceView]) -> None:
+        self.views = views
+        self.op_names = sorted({op.name for view in views for op in view.ops})
+
+    def _nothing(self, part: object) -> list[str]:
+        return []
+
+    # Nodes that name nothing of a trace; their operands are visited on their own.
+    visit_Forward = visit_Backward = visit_All = visit_RankIn = visit_Steps = _nothing
+    visit_Not = visit_And = visit_Or = visit_BackwardOf = visit_Between = _nothing
+    visit_First = visit_Last = _nothing
+
+    def visit_Proxy(self, part: Proxy) -> list[str]:
+        if any(view.region_start(part.name) is not None or view.region_end(part.name) is not None for view in self.views):
+            return []
+        candidates = sorted({n for view in self.views for n in view.proxy_names})
+        return [_missing(f"proxy {part.name!r}", part.name, candidates, verb="is produced by no compute op and is no argument")]
+
+    def visit_OpIn(self, part: OpIn) -> list[str]:
+        return [
+            _missing(f"op {glob!r}", glob, self.op_names) + op_hint(glob, self.op_names)
+            for glob in part.globs
+            if not any(map(name_matcher((glob,)), self.op_names))
+        ]
+
+    def visit_Reads(self, part: Reads) -> list[str]:
+        names = sorted({n for view in self.views for n in view.by_read})
+        return [_missing(f"read {glob!r}", glob, names) for glob in part.globs if not any(map(name_matcher((glob,)), names))]
+
+    def visit_Source(self, part: Source) -> list[str]:
+        return [self._source_reason(part)]
+
+    def visit_ModuleIn(self, part: ModuleIn) -> list[str]:
+        return self._module_reasons(part.globs, by_path=True, each=False)
+
+    def visit_EachModule(self, part: EachModule) -> list[str]:
+        return self._module_reasons(part.globs, by_path=True, each=True)
+
+    def visit_ClassIn(self, part: ClassIn) -> list[str]:
+        return self._module_reasons(part.globs, by_path=False, each=False)
+
+    def visit_EachClass(self, part: EachClass) -> list[str]:
+        return self._module_reasons(part.globs, by_path=False, each=True)
+
+    def _module_reasons(self, globs: tuple[str, ...], *, by_path: bool, each: bool) -> list[str]:
         classes: dict[str, str] = {}
         for view in self.views:
             classes.update(view.module_classes)
@@ -130,11 +155,11 @@ class RuleTally:
         names = sorted(p for p in classes if p) if by_path else sorted(set(classes.values()))
         what = "module" if by_path else "class"
         notes = []
-        for glob in part.globs:
+        for glob in globs:
             matches = path_matcher((glob,)) if by_path else name_matcher((glob,))
             hits = [n for n in names if matches(n)]
             if not hits:
-                notes.append(self._missing(f"{what} {glob!r}", glob, names))
+                notes.append(_missing(f"{what} {glob!r}", glob, names))
                 continue
             called = {
                 (call.path if by_path else call.cls)
@@ -144,7 +169,7 @@ class RuleTally:
                 for call in chain
             }
             never = [n for n in hits if n not in called]
-            if isinstance(part, (EachModule, EachClass)) and never and len(never) == len(hits):
+            if each and never and len(never) == len(hits):
                 shown = ", ".join(never[:3])
                 notes.append(
                     f"{what} {glob!r} matches {shown}, whose forward never runs by itself (a container such as "
@@ -167,7 +192,7 @@ class RuleTally:
         same = [line for name, line in lines if in_file(name)]
         if not same:
             short = sorted({name.rsplit("/", 1)[-1] for name in files})
-            return self._missing(f"source file {part.file!r}", part.file, short)
+            return _missing(f"source file {part.file!r}", part.file, short)
         if any(part.first <= line <= part.last for line in same):
             return (
                 f"ops were recorded at {part.text()} in the forward trace, but the rule excludes them there; "
@@ -179,6 +204,7 @@ class RuleTally:
             "backward ops have no source line"
         )
 
-    @staticmethod
-    def _missing(what: str, name: str, candidates: list[str], verb: str = "matches nothing") -> str:
-        return f"{what} {verb} in these traces{nearest(name, candidates)}"
+
+
+def _missing(what: str, name: str, candidates: list[str], verb: str = "matches nothing") -> str:
+    return f"{what} {verb} in these traces{nearest(name, candidates)}"
