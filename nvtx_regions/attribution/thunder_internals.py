@@ -32,6 +32,7 @@ __all__ = [
     "AttributedFilename", "install_module_recorder", "recorded_chain", "recorded_classes",
     "is_thunderfx_subgraph", "backward_follows", "ignored_jit_keyword",
     "AutogradInternals", "autograd_internals", "full_backward_hook_flag", "restore_full_backward_hook_flag",
+    "bind_with_globals",
 ]  # fmt: skip
 
 
@@ -342,3 +343,21 @@ def full_backward_hook_flag(module: Any) -> Any:
 def restore_full_backward_hook_flag(module: Any, flag: Any) -> None:
     """Put back what `full_backward_hook_flag` read (see there)."""
     module._is_full_backward_hook = flag
+
+
+# -- building bound symbols -----------------------------------------------------
+
+
+def bind_with_globals(symbol: Any, args: tuple, call_globals: dict[str, Any]) -> Any:
+    """A bound symbol of `symbol` with `args` and no output, whose printed line may call the
+    objects in `call_globals` by those names.
+
+    thunder 0.2.6: ``BoundSymbol``'s private ``_call_ctx`` (marked "TODO Remove
+    _call_ctx" in ``thunder/core/symbol.py``) is merged into the globals of the
+    generated function (``BoundSymbol.gather_ctxs``), and with it set thunder
+    adds no import for the symbol. Without it the push and pop lines could not
+    reach nvtx's C functions, the prebuilt attributes and the run-time state.
+    """
+    from thunder.core.symbol import BoundSymbol
+
+    return BoundSymbol(symbol, args=args, kwargs={}, output=None, _call_ctx=call_globals)

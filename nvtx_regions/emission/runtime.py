@@ -111,7 +111,7 @@ def current_rank() -> int:
 
 
 @dataclass(frozen=True)
-class Group:
+class RangesUnderGate:
     """The ranges of one trace that share a gate, and the globals their lines call."""
 
     push_name: str
@@ -166,7 +166,7 @@ class TraceRuntime:
     def __init__(
         self,
         domain: Domain,
-        groups: list[Group],
+        groups: list[RangesUnderGate],
         *,
         enter_name: str,
         exit_name: str,

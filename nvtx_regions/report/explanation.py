@@ -18,7 +18,7 @@ from ..selection.compile import CompiledRule, compile_spec
 from ..core.errors import SelectorError
 from ..language.parse import spec_from_arguments
 from ..selection.plan import Plan, make_plan
-from ..attribution.traceview import TraceView
+from ..attribution.traceview import TraceView, one_line
 from ..core.bits import bit_positions
 from ..language.tree import Spec
 
@@ -74,12 +74,6 @@ class Explanation:
             if rule.number in self.reasons:
                 out.append(f"  nothing selected: {self.reasons[rule.number]}")
         return "\n".join(out)
-
-
-def _one_line(bsym: Any) -> str:
-    from ..emission.transform import one_line
-
-    return one_line(bsym)
 
 
 def _traces_of(target: Any) -> list[Any]:
@@ -157,7 +151,7 @@ def _rule_in_trace(rule: CompiledRule, view: TraceView, plan: Plan) -> RuleInTra
     ranges = plan.per_rule[rule.number]
     selected = tuple(bit_positions(ranges.selected))
     region = None if ranges.region is None else (ranges.region.first, ranges.region.last)
-    lines = tuple(_one_line(view.ops[p].bsym) if view.ops[p].bsym is not None else view.ops[p].name for p in selected)
+    lines = tuple(one_line(view.ops[p].bsym) if view.ops[p].bsym is not None else view.ops[p].name for p in selected)
     saved_by: list[tuple[str, ...]] = []
     forward = view.forward
     for position in selected:
