@@ -39,13 +39,13 @@ __all__ = [
     "Last",
     "Expr",
     "Endpoint",
+    "conjuncts",
     "KEYWORDS",
     "EXPR_TYPES",
     "NODE_TYPES",
     "Visitor",
     "render",
     "walk",
-    "conjuncts",
 ]
 
 # Words the grammar reserves at the start of a rule; a label spelled like one
