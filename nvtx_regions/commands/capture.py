@@ -22,109 +22,35 @@ and SIGHUP to it, then waits for it, so the partial trace is still written.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from ..capture.chrome import ChromeTraceWriter, ProcessInfo, RangeRecord, iter_items
-from ..capture.events import NvtxEvent
+from ..capture.chrome import ProcessInfo
+from ..capture.directory import DirectoryTrace, write_directory_trace
 from ..capture.inject import ENV_DIR, ENV_INJECTION, ENV_MODE
-from ..capture.summary import Summarizer, Summary
-from .child import CommandError, exit_status, run_child, signal_name, split_command
+from .child import CommandError, exit_status, parse_command_line, run_child, signal_name
 
-__all__ = ["CaptureOutcome", "run_capture", "convert", "main"]
-
-
-# ------------------------------------------------------------------ reading the capture directory
-
-
-def _records(path: Path) -> Iterator[dict]:
-    """The JSON records of one process file, read line by line; a torn last line is skipped."""
-    with open(path, "rb") as f:
-        for line in f:
-            if line.strip():
-                try:
-                    yield json.loads(line.decode("utf-8", "replace"))
-                except json.JSONDecodeError:
-                    continue
-
-
-def _rank(value) -> int | None:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
+__all__ = ["CaptureOutcome", "run_capture", "main"]
 
 
 @dataclass
 class CaptureOutcome:
-    """What `run_capture` saw: exit code, per-process completeness, the summary and counts."""
+    """What `run_capture` saw: the command's exit code, and what its capture directory held."""
 
     returncode: int
-    processes: list[ProcessInfo]
-    summary: Summary
-    ranges: int = 0
-    marks: int = 0
-    counts: dict[str, int] = field(default_factory=dict)
+    trace: DirectoryTrace
+
+    @property
+    def processes(self) -> list[ProcessInfo]:
+        return self.trace.processes
 
     @property
     def partial(self) -> list[ProcessInfo]:
-        return [p for p in self.processes if not p.complete]
-
-
-def convert(capture_dir: Path, stream, *, by: str = "message") -> tuple[list[ProcessInfo], Summary, int, int, dict]:
-    """Stream every ``nvtx-*.jsonl`` of `capture_dir` into a Chrome trace on `stream` and a summary."""
-    writer = ChromeTraceWriter(stream)
-    summarizer = Summarizer(by)
-    processes: list[ProcessInfo] = []
-    ranges = marks = 0
-    counts: dict[str, int] = {}
-    for path in sorted(capture_dir.glob("nvtx-*.jsonl")):
-        ended = False
-        pid = int(path.stem.rpartition("-")[2])
-        rank: int | None = None
-
-        def events() -> Iterator[NvtxEvent]:
-            nonlocal ended, pid, rank
-            for r in _records(path):
-                kind = r.get("type")
-                if kind == "process":
-                    pid = int(r.get("pid") or pid)
-                    rank = _rank(r.get("rank"))
-                elif kind == "end":
-                    ended = True
-                elif kind == "event":
-                    e = NvtxEvent.from_record(r, pid=pid)
-                    counts[e.kind] = counts.get(e.kind, 0) + 1
-                    if e.kind == "name_thread" and e.target_tid is not None and e.message:
-                        writer.name_thread(pid, e.target_tid, e.message)
-                    yield e
-
-        stream_events = events()
-        first = next(stream_events, None)  # reads the header, so the rank is known before any record
-        if first is None:
-            processes.append(ProcessInfo(pid, rank, ended))
-            continue
-
-        def chained() -> Iterator[NvtxEvent]:
-            yield first
-            yield from stream_events
-
-        for item in iter_items(chained(), ranks={pid: rank}):
-            writer.add(item)
-            if isinstance(item, RangeRecord):
-                summarizer.add(item)
-                ranges += 1
-            else:
-                marks += 1
-        processes.append(ProcessInfo(pid, rank, ended))
-    writer.close(processes, {"partial": any(not p.complete for p in processes)})
-    return processes, summarizer.result(), ranges, marks, counts
+        return [p for p in self.trace.processes if not p.complete]
 
 
 def run_capture(
@@ -164,19 +90,20 @@ def run_capture(
         if output.parent != Path(""):
             output.parent.mkdir(parents=True, exist_ok=True)
         with open(output, "w", encoding="utf-8") as stream:
-            processes, summary, ranges, marks, counts = convert(directory, stream, by=by)
+            trace = write_directory_trace(directory, stream, by=by)
     finally:
         if made_dir:
             shutil.rmtree(directory, ignore_errors=True)
-    return CaptureOutcome(returncode, processes, summary, ranges, marks, counts)
+    return CaptureOutcome(returncode, trace)
 
 
 def report(outcome: CaptureOutcome, output: str, command: list[str]) -> str:
     """The text printed after the command ends: the summary, where the trace is, and what is partial."""
-    lines = [str(outcome.summary), ""]
+    trace = outcome.trace
+    lines = [str(trace.summary), ""]
     n = len(outcome.processes)
     lines.append(
-        f"nvtx-regions capture: {outcome.ranges} ranges and {outcome.marks} marks from {n} "
+        f"nvtx-regions capture: {trace.ranges} ranges and {trace.marks} marks from {n} "
         f"process{'es' * (n != 1)} written to {output} (open it in https://ui.perfetto.dev or chrome://tracing)"
     )
     if outcome.returncode < 0:
@@ -208,11 +135,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--summary-by", choices=("message", "label"), default="message",
                         help="one row per message (default), or per rule (NVTX category)")  # fmt: skip
     parser.add_argument("--raw-dir", help="keep each process's event stream (nvtx-<pid>.jsonl) in this directory")
-    if argv and argv[0] in ("-h", "--help"):
-        parser.print_help()
+    parsed = parse_command_line(parser, argv, usage)
+    if parsed is None:
         return 0
-    options, command = split_command(argv, usage)
-    args = parser.parse_args(options)
+    args, command = parsed
     outcome = run_capture(command, args.output, by=args.summary_by, raw_dir=args.raw_dir)
     sys.stdout.flush()
     print(report(outcome, args.output, command), flush=True)

@@ -1,13 +1,14 @@
-"""Running the user's command as a child process: the ``--`` split, signal
-forwarding, and exit statuses as a shell reports them. Shared by every command
-that runs another command (capture, explain, nsys)."""
+"""Running the user's command as a child process: the command line's ``--`` split
+and help, signal forwarding, and exit statuses as a shell reports them. Shared
+by every command that runs another command (capture, explain, nsys)."""
 
 from __future__ import annotations
 
+import argparse
 import signal
 import subprocess
 
-__all__ = ["CommandError", "split_command", "exit_status", "signal_name", "run_child"]
+__all__ = ["CommandError", "parse_command_line", "split_command", "exit_status", "signal_name", "run_child"]
 
 
 class CommandError(Exception):
@@ -23,6 +24,23 @@ def split_command(argv: list[str], usage: str) -> tuple[list[str], list[str]]:
     if not command:
         raise CommandError(f"nothing to run after `--`; give the command, for example: {usage}")
     return options, command
+
+
+def parse_command_line(
+    parser: argparse.ArgumentParser, argv: list[str], example: str
+) -> tuple[argparse.Namespace, list[str]] | None:
+    """Parse ``OPTIONS -- COMMAND...``: (options parsed by `parser`, COMMAND).
+
+    Returns None after printing `parser`'s help when ``-h``/``--help`` is
+    among the options (anywhere before ``--``). Raises `CommandError` naming
+    the fix, with `example`, when ``--`` or the command is missing.
+    """
+    options = argv[: argv.index("--")] if "--" in argv else argv
+    if "-h" in options or "--help" in options:
+        parser.print_help()
+        return None
+    options, command = split_command(argv, example)
+    return parser.parse_args(options), command
 
 
 def exit_status(returncode: int) -> int:

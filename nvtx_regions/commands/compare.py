@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.errors import SelectorError
-from ..report.compare import _ANY, DEFAULT_DOMAIN_CAT, compare, render_table
+from ..core.errors import CaptureFileError
+from ..capture.chrome import DEFAULT_DOMAIN_CAT
+from ..report.compare import _ANY, compare, render_table
 
 __all__ = ["compare_main"]
 
@@ -21,7 +22,7 @@ def compare_main(args: Any) -> int:
     domain = _ANY if args.domain is None else None if args.domain == DEFAULT_DOMAIN_CAT else args.domain
     try:
         rows = compare(args.a, args.b, domain=domain)
-    except SelectorError as error:
+    except CaptureFileError as error:
         print(f"nvtx-regions compare: {error}", file=sys.stderr)
         return 1
     if not rows:

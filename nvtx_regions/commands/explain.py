@@ -27,7 +27,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .child import CommandError, exit_status, run_child, split_command
+from .child import CommandError, exit_status, parse_command_line, run_child
 from .explain_child import ENV_MAX_OPS, ENV_OUT, ENV_SPEC
 
 __all__ = ["main", "SITE_DIR"]
@@ -82,11 +82,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("spec", help="a .nvtx spec file")
     parser.add_argument("--max-ops", type=int, default=12, help="op lines shown per rule and trace (default 12)")
     parser.add_argument("--no-tree", action="store_true", help="leave out the range-tree pictures")
-    if argv and argv[0] in ("-h", "--help"):
-        parser.print_help()
+    parsed = parse_command_line(parser, argv, "nvtx-regions explain examples/regions.nvtx -- python train.py")
+    if parsed is None:
         return 0
-    options, command = split_command(argv, "nvtx-regions explain examples/regions.nvtx -- python train.py")
-    args = parser.parse_args(options)
+    args, command = parsed
     if args.max_ops < 0:
         raise CommandError("--max-ops takes a number >= 0")
     spec_path = Path(args.spec)  # as given: the command runs in this directory, and reports show the path

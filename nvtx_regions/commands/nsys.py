@@ -211,7 +211,7 @@ def main(argv: list[str]) -> int:
     """Entry point of ``nvtx-regions nsys`` (argv after the subcommand name)."""
     import argparse
 
-    from .child import split_command
+    from .child import parse_command_line
     from ..language.parse import load
 
     parser = argparse.ArgumentParser(
@@ -223,11 +223,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--domain", default=DEFAULT_DOMAIN, help=f"the transform's NVTX domain (default {DEFAULT_DOMAIN})")
     parser.add_argument("--default-domain", action="store_true", help="the transform uses domain=None")
     parser.add_argument("-o", "--output", default="nvtx_regions_report", help="report name (default nvtx_regions_report)")
-    if argv and argv[0] in ("-h", "--help"):
-        parser.print_help()
+    parsed = parse_command_line(parser, argv, "nvtx-regions nsys examples/regions.nvtx -- python train.py")
+    if parsed is None:
         return 0
-    options, command = split_command(argv, "nvtx-regions nsys examples/regions.nvtx -- python train.py")
-    args = parser.parse_args(options)
+    args, command = parsed
     spec = load(args.spec)
     print(nsys_command(spec, command, domain=None if args.default_domain else args.domain, output=args.output))
     return 0
