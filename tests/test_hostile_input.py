@@ -307,6 +307,17 @@ def test_check_dash_with_standard_input_closed_is_our_error():
     assert "nvtx-regions check - < spec.nvtx" in line and result.returncode == 2
 
 
+def test_check_dash_with_bytes_that_are_not_utf8_is_our_error():
+    # The minimal handling here; the language layer owns decoding (BOM, Latin-1 wording).
+    result = subprocess.run(
+        [sys.executable, "-m", "nvtx_regions", "check", "-"], input=b"op in <caf\xe9>\n" + b"\xff" * 4096,
+        cwd=ROOT, env=plain_env(), capture_output=True, timeout=120,
+    )  # fmt: skip
+    err = result.stderr.decode()
+    assert result.returncode != 0 and "Traceback" not in err and "UTF-8" in err
+    assert len(err) < 300  # not 4 KB of replacement characters
+
+
 # ------------------------------------------------------------------ explain: how the command ended
 
 

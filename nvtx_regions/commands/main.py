@@ -50,13 +50,22 @@ def _version() -> str:
 
 
 def _read_stdin() -> str:
-    """The spec text on standard input; `CommandError` when there is no standard input to read."""
+    """The spec text on standard input, as UTF-8; `CommandError` when there is none to read or it is not UTF-8."""
     if sys.stdin is None:
         raise CommandError("-: standard input is closed; pipe the spec in (nvtx-regions check - < spec.nvtx) or give a file")
     try:
-        return sys.stdin.read()
+        data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read()
     except OSError as error:
         raise CommandError(f"-: cannot read standard input ({error.strerror or error}); give a file instead") from None
+    if isinstance(data, str):
+        return data
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise CommandError(
+            f"-: standard input is not UTF-8 (byte {data[error.start]:#04x} at offset {error.start}); "
+            "save the spec as UTF-8"
+        ) from None
 
 
 def main(argv: list[str] | None = None) -> int:
