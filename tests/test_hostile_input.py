@@ -233,6 +233,8 @@ BAD_TRACES = [
      f"event 0: complete event 'a' has 'dur' -5, not a duration in microseconds (a number >= 0); {FIX}"),
     ('[{"name": "a", "ph": "X", "ts": 0, "dur": 1e999}]',
      f"event 0: complete event 'a' has 'dur' Infinity, not a duration in microseconds (a number >= 0); {FIX}"),
+    ('[{"name": "a", "ph": "X", "ts": 0, "dur": 1' + "0" * 400 + '}]',
+     f"event 0: complete event 'a' has 'dur' 1{'0' * 36}..., not a duration in microseconds (a number >= 0); {FIX}"),
     ('[{"name": 7, "ph": "X", "ts": 0, "dur": 1}]', f"event 0: a complete event ('ph': 'X') needs a string 'name', not 7; {FIX}"),
     ('[{"name": "a", "ph": "X", "ts": 0, "dur": 1, "args": {"domain": 3}}]',
      f"event 0: complete event 'a' has 'args.domain' 3, not a string or null; {FIX}"),

@@ -200,7 +200,7 @@ def test_mutation_pass():
 COMMAND_EXAMPLES = int(os.environ.get("NVTX_REGIONS_COMMAND_FUZZ_EXAMPLES", str(EXAMPLES)))
 
 JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    st.none() | st.booleans() | st.integers() | st.sampled_from([10**400, -(10**400)]) | st.floats() | st.text(max_size=8),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
     max_leaves=20,
 )

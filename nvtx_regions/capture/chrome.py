@@ -348,7 +348,13 @@ def _where(source: TraceInput) -> str:
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite JSON number (not a bool) that fits a float."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int beyond float's range
+        return False
 
 
 def complete_events(source: TraceInput) -> Iterator[CompleteEvent]:
