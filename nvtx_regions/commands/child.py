@@ -127,15 +127,19 @@ def private_tempdir(prefix: str) -> Path:
     Folders of the same prefix whose owner process is gone (killed before it
     could clean up, SIGKILL included) are removed first, so they do not
     accumulate. A folder whose pid was reused by a live process is left
-    until a later run.
+    until a later run. Raises `CommandError` when the folder cannot be created.
     """
-    base = Path(tempfile.gettempdir())
     pattern = re.compile(rf"{re.escape(prefix)}(\d+)-\w+")
-    for old in base.glob(f"{prefix}*"):
-        match = pattern.fullmatch(old.name)
-        if match and int(match[1]) != os.getpid() and not _alive(int(match[1])) and old.is_dir() and not old.is_symlink():
-            shutil.rmtree(old, ignore_errors=True)
-    return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-"))
+    try:
+        base = Path(tempfile.gettempdir())  # the first usable of TMPDIR, /tmp, /var/tmp, ...
+        for old in base.glob(f"{prefix}*"):
+            match = pattern.fullmatch(old.name)
+            owner = int(match[1]) if match else os.getpid()
+            if owner != os.getpid() and not _alive(owner) and old.is_dir() and not old.is_symlink():
+                shutil.rmtree(old, ignore_errors=True)
+        return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-"))
+    except OSError as error:
+        raise CommandError(f"cannot create a temporary folder ({error}); set TMPDIR to a folder you can write to") from None
 
 
 def run_child(command: list[str], env: dict[str, str]) -> int:
