@@ -6,7 +6,8 @@
     nvtx-regions capture -o timeline.json -- python train.py     # commands/capture.py
     nvtx-regions nsys regions.nvtx -- python train.py            # commands/nsys.py
     nvtx-regions explain regions.nvtx -- python train.py         # commands/explain.py
-    nvtx-regions compare eager.json thunder.json                  # nvtx_regions/compare.py
+    nvtx-regions compare eager.json thunder.json                  # commands/compare.py
+    nvtx-regions --version
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..capture.chrome import DEFAULT_DOMAIN_CAT, TraceInput, complete_events, to_chrome_trace
+from ..capture.chrome import TraceInput, complete_events, to_chrome_trace
 from ..capture.chrome import write_chrome_trace as write_trace
 
 __all__ = ["CompareRow", "compare", "load_ranges", "render_table", "write_chrome_trace", "chrome_trace"]
