@@ -271,6 +271,16 @@ def test_events_that_are_not_ranges_are_passed_over(tmp_path, capsys):
     assert capsys.readouterr().out.splitlines()[1].split() == ["r", "1", "1", "2.5", "us", "2.5", "us", "1.00"]
 
 
+def test_compare_reads_pytorch_profiler_traces_whose_pid_is_text(tmp_path, capsys):
+    trace = tmp_path / "kineto.json"
+    trace.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "Trace", "ts": 1.5, "dur": 10, "pid": "Spans", "tid": "PyTorch Profiler", "name": "PyTorch Profiler (0)"},
+        {"ph": "X", "cat": "cpu_op", "ts": 2, "dur": 3, "pid": 7, "tid": 7, "name": "aten::mm", "args": {"External id": 1}},
+    ]}))  # fmt: skip
+    assert main(["compare", str(trace), str(trace), "--domain", "cpu_op"]) == 0
+    assert capsys.readouterr().out.splitlines()[1].split()[:3] == ["aten::mm", "1", "1"]
+
+
 def test_compare_domain_that_is_not_there_names_those_that_are(tmp_path, capsys):
     trace = tmp_path / "t.json"
     trace.write_text(json.dumps([

@@ -300,6 +300,8 @@ class CompleteEvent:
     index: its position in ``traceEvents``. domain: ``args.domain`` if the
     event has one, else its ``cat``, where ``"NVTX"`` (and no ``cat``) is
     NVTX's default domain, None. ts_us: None when the event has no ``ts``.
+    event: the event as read (``pid`` and ``tid`` are not checked: other
+    producers, such as PyTorch's profiler, write strings there).
     """
 
     index: int
@@ -307,9 +309,8 @@ class CompleteEvent:
     domain: str | None
     dur_us: float
     ts_us: float | None
-    pid: int
-    tid: int
     args: Mapping[str, Any]
+    event: Mapping[str, Any]
 
 
 def event_domain(event: Mapping[str, Any], args: Mapping[str, Any]) -> str | None:
@@ -364,7 +365,7 @@ def complete_events(source: TraceInput) -> Iterator[CompleteEvent]:
     ranges and are passed over. Raises `CaptureFileError`, naming the file
     and the event's index, for an event that is not a JSON object, or a
     complete event without a string ``name``, with a ``dur`` that is not a
-    finite number >= 0, or with ``args``, ``cat``, ``ts``, ``pid`` or ``tid``
+    finite number >= 0, or with ``args``, ``args.domain``, ``cat`` or ``ts``
     of the wrong type.
     """
     where, events = trace_events(source)
@@ -395,14 +396,7 @@ def complete_events(source: TraceInput) -> Iterator[CompleteEvent]:
         ts = event.get("ts")
         if ts is not None and not _number(ts):
             raise bad(f"complete event {name!r} has 'ts' {_short(ts)}, not a time in microseconds")
-        for key in ("pid", "tid"):
-            value = event.get(key, 0)
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise bad(f"complete event {name!r} has {key!r} {_short(value)}, not an integer")
-        yield CompleteEvent(
-            index, name, event_domain(event, args), float(dur), None if ts is None else float(ts),
-            event.get("pid", 0), event.get("tid", 0), args,
-        )  # fmt: skip
+        yield CompleteEvent(index, name, event_domain(event, args), float(dur), None if ts is None else float(ts), args, event)
 
 
 def _short(value: Any) -> str:
@@ -424,14 +418,20 @@ def load_chrome_trace(source: TraceInput) -> list[RangeRecord]:
     for ev in complete_events(source):
         if ev.ts_us is None:
             raise CaptureFileError(f"{_where(source)}: event {ev.index}: complete event {ev.name!r} has no 'ts'; {_FIX}")
+        pid, tid = ev.event.get("pid", 0), ev.event.get("tid", 0)
+        if not all(isinstance(n, int) and not isinstance(n, bool) for n in (pid, tid)):
+            raise CaptureFileError(
+                f"{_where(source)}: event {ev.index}: complete event {ev.name!r} needs integer 'pid' and 'tid' "
+                f"(not {_short(pid)}, {_short(tid)}); {_FIX}"
+            )
         args = ev.args
         category = args.get("nvtx_category")
         color = args.get("color")
         start = round(ev.ts_us * 1000)
         out.append(
             RangeRecord(
-                pid=ev.pid,
-                tid=ev.tid,
+                pid=pid,
+                tid=tid,
                 domain=ev.domain,
                 message=ev.name,
                 start_ns=start,
