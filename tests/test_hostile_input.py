@@ -319,15 +319,24 @@ def test_check_dash_with_standard_input_closed_is_our_error():
     assert "nvtx-regions check - < spec.nvtx" in line and result.returncode == 2
 
 
-def test_check_dash_with_bytes_that_are_not_utf8_is_our_error():
-    # The minimal handling here; the language layer owns decoding (BOM, Latin-1 wording).
+@pytest.mark.parametrize(
+    "data, status, expected",
+    [
+        (b"op in <caf\xe9>\n" + b"\xff" * 4096, 1,
+         "<stdin>: not UTF-8 text (byte 10 is 0xE9, on line 1: invalid continuation byte); save it as UTF-8"),
+        (bytes(range(256)) * 16, 1, "<stdin>: binary data, not spec text (a NUL byte at offset 0); a spec is UTF-8 text"),
+        (b"\xef\xbb\xbfop in <linear>\n", 0, ""),
+    ],
+    ids=["latin-1", "binary", "byte-order-mark"],
+)  # fmt: skip
+def test_check_dash_decodes_standard_input_as_files_are(data, status, expected):
+    # Standard input goes through the language layer's one decoder (parse_bytes), as files do.
     result = subprocess.run(
-        [sys.executable, "-m", "nvtx_regions", "check", "-"], input=b"op in <caf\xe9>\n" + b"\xff" * 4096,
+        [sys.executable, "-m", "nvtx_regions", "check", "-"], input=data,
         cwd=ROOT, env=plain_env(), capture_output=True, timeout=120,
     )  # fmt: skip
-    err = result.stderr.decode()
-    assert result.returncode != 0 and "Traceback" not in err and "UTF-8" in err
-    assert len(err) < 300  # not 4 KB of replacement characters
+    assert result.returncode == status
+    assert result.stderr.decode().strip() == expected
 
 
 # ------------------------------------------------------------------ explain: how the command ended

@@ -16,7 +16,7 @@ import argparse
 import sys
 
 from ..core.errors import SelectorError
-from ..language.parse import grammar_resource, grammar_text, load, parse
+from ..language.parse import grammar_resource, grammar_text, load, parse_bytes
 from ..language.tree import render
 from ..selection.compile import compile_spec
 from .child import CommandError
@@ -50,23 +50,15 @@ def _version() -> str:
         return "(not installed: running from a source tree)"
 
 
-def _read_stdin() -> str:
-    """The spec text on standard input, as UTF-8; `CommandError` when there is none to read or it is not UTF-8."""
+def _read_stdin() -> bytes:
+    """The spec bytes on standard input (decoded by `parse_bytes`); `CommandError` when there is none to read."""
     if sys.stdin is None:
         raise CommandError("-: standard input is closed; pipe the spec in (nvtx-regions check - < spec.nvtx) or give a file")
     try:
         data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read()
     except OSError as error:
         raise CommandError(f"-: cannot read standard input ({error.strerror or error}); give a file instead") from None
-    if isinstance(data, str):
-        return data
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise CommandError(
-            f"-: standard input is not UTF-8 (byte {data[error.start]:#04x} at offset {error.start}); "
-            "save the spec as UTF-8"
-        ) from None
+    return data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     status = 0
     for path in args.files:
         try:
-            spec = parse(_read_stdin(), filename="<stdin>") if path == "-" else load(path)
+            spec = parse_bytes(_read_stdin(), "<stdin>") if path == "-" else load(path)
             compile_spec(spec)
         except CommandError as error:
             print(f"nvtx-regions check: {error}", file=sys.stderr)
