@@ -7,6 +7,7 @@
     nvtx-regions nsys regions.nvtx -- python train.py            # commands/nsys.py
     nvtx-regions explain regions.nvtx -- python train.py         # commands/explain.py
     nvtx-regions compare eager.json thunder.json                  # nvtx_regions/compare.py
+    nvtx-regions report nvtx_regions_report.nsys-rep              # commands/report.py
 """
 
 from __future__ import annotations
@@ -44,6 +45,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in RUNNERS:
         return _run_command(argv[0], argv[1:])
+    if argv and argv[0] == "report":
+        from .report import main as report_main
+
+        return report_main(argv[1:])
     parser = argparse.ArgumentParser(prog="nvtx-regions", description="Check nvtx_regions spec files; see and summarize NVTX ranges before the GPU run.")
     commands = parser.add_subparsers(dest="command", required=True)
     check = commands.add_parser("check", help="parse and compile .nvtx files; print each rule in canonical form")
@@ -51,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("grammar", help="print the grammar (the one definition of the syntax)")
     for name, (_, text) in RUNNERS.items():
         commands.add_parser(name, help=f"{text} (nvtx-regions {name} --help)")
-    compare = commands.add_parser("compare", help="two capture files (Chrome trace JSON) side by side per range name")
+    commands.add_parser("report", help="summarize nsys reports (.nsys-rep, .sqlite) or captures per range, rule and module (nvtx-regions report --help)")
+    compare = commands.add_parser("compare", help="two captures (Chrome trace JSON) or nsys reports side by side per range name")
     compare.add_argument("a")
     compare.add_argument("b")
     compare.add_argument("--domain", help="only this NVTX domain's ranges (NVTX: the default domain)")

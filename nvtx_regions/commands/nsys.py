@@ -13,8 +13,8 @@ need no change here. The command:
 - when a labelled region rule has a ``steps`` gate, starts collecting at
   that region's NVTX range and collects one capture range per range it
   pushes, so only those steps are recorded (with ``rank in`` on the same
-  rule, other ranks never push it and so never start collecting), with CPU
-  sampling off (see `SAMPLING_OFF`);
+  rule, other ranks never push it and so never start collecting);
+- turns CPU sampling and thread-switch tracing off (see `SAMPLING_OFF`);
 - at the end of the last collection of a bounded ``steps`` gate, a single
   process is ended by nsys (SIGTERM, exit status 143); under torchrun every
   rank runs to its end instead (ending one rank would make torchrun fail the
@@ -85,17 +85,18 @@ class NsysCommand:
         return "\n".join(out)
 
 
-# With a capture range, CPU sampling and context-switch tracing are off: with
-# them on, nsys 2022.4.2 hung in the NVTX pop that ends a collection of a
-# thunder process (the pop waits on nsys, whose agent never finished stopping
-# its sampling: examples/train.py with examples/profile_steps.nvtx hung in 2
-# runs of 2 here, killed after 200-240 s, and in 2 of 3 runs before), and
-# with them off it finished every time (about 16 s).
-# A collection that ends with the process is not affected.
+# CPU sampling and thread-switch tracing are off. With them on, nsys 2022.4.2
+# (on Linux 6.18) hangs at the end of a collection: its agent's sampling thread
+# spins on EPOLLHUP from its perf_event descriptors (seen with strace) once a
+# traced thread is gone, and never finishes stopping. At the end of a capture
+# range the script's NVTX pop waits for that stop, so the script hangs too
+# (examples/train.py with examples/profile_steps.nvtx: 2 runs of 2 here, 2 of 3
+# before); at the end of a whole run the script has exited and nsys hangs
+# (the quickstart, 1 run of 3, under load). With both off, every run finished.
 SAMPLING_OFF = (
-    Flag("--sample=none", "no CPU sampling: with it, nsys 2022.4.2 hung in a thunder process at the end of a collection",
+    Flag("--sample=none", f"no CPU sampling: with it, nsys 2022.4.2 could hang at the end of a collection ({CHECKED})",
          f"{GUIDE}: --sample"),
-    Flag("--cpuctxsw=none", "no thread-switch tracing, for the same reason (both off, every run finished)", f"{GUIDE}: --cpuctxsw"),
+    Flag("--cpuctxsw=none", f"no thread-switch tracing, for the same reason ({CHECKED})", f"{GUIDE}: --cpuctxsw"),
 )  # fmt: skip
 
 
@@ -173,6 +174,7 @@ def nsys_command(
             f"keep only NVTX events of the spec's domain ({'the default domain' if domain is None else repr(domain)}; {CHECKED})",
             f"{GUIDE}: --nvtx-domain-include",
         ),
+        *SAMPLING_OFF,
     ]
     notes: list[str] = []
     rule = _capture_rule(compiled.rules)
@@ -181,7 +183,6 @@ def nsys_command(
         gate, region = rule.gate, rule.region  # set: _capture_rule checked them
         label = rule.rule.label
         target = label if domain is None else f"{label}@{domain}"
-        flags += SAMPLING_OFF
         flags.append(Flag("--capture-range=nvtx", f"collect only inside an NVTX range ({CHECKED})", f"{GUIDE}: --capture-range"))
         flags.append(
             Flag(
@@ -228,12 +229,12 @@ def nsys_command(
                     "the whole run is recorded (its ranges still appear only in those steps)"
                 )
     report = f"{output}.rank%q{{RANK}}" if torchrun else output
-    numbered = " (one per collection: .1, .2, ... before .nsys-rep)" if rule is not None else ""
+    numbered = "; one per collection, numbered .1, .2, ... before .nsys-rep" if rule is not None else ""
     flags.append(
         Flag(
             f"--output={report}",
-            (f"one report per rank: nsys substitutes each worker's RANK{numbered}; {CHECKED}" if torchrun
-             else f"the report file name{numbered}; {CHECKED}"),
+            (f"one report per rank: nsys substitutes each worker's RANK{numbered} ({CHECKED})" if torchrun
+             else f"the report file name{numbered} ({CHECKED})"),
             f"{GUIDE}: --output",
         )
     )  # fmt: skip

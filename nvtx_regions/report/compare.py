@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..capture.nsys_report import REPORT_SUFFIXES, read_report
 from ..core.errors import SelectorError
 
 __all__ = ["CompareRow", "compare", "load_ranges", "render_table", "write_chrome_trace", "chrome_trace"]
@@ -56,8 +57,13 @@ def load_ranges(source: Source, *, domain: str | None = _ANY) -> list[tuple[str 
     """(domain, name, duration in µs) of each complete event of a Chrome trace (a path or loaded JSON).
 
     `domain` keeps only that domain's ranges (None: NVTX's default domain).
+    An Nsight Systems report (``.nsys-rep``, or its ``.sqlite`` export) is
+    read with `capture.nsys_report.read_report`.
     Raises `SelectorError` for a file that is missing or not a Chrome trace.
     """
+    if isinstance(source, (str, os.PathLike)) and os.fspath(source).endswith(REPORT_SUFFIXES):
+        ranges = read_report(source).ranges
+        return [(r.domain, r.message or "", r.duration_ns / 1000) for r in ranges if domain is _ANY or r.domain == domain]
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
         try:
