@@ -321,3 +321,28 @@ def test_torchrun_two_ranks_one_report_each(tmp_path):
     assert [r for r in ranks[1] if r.category != "blocks"] and all(
         "linear(" in r.message for r in ranks[1] if r.category != "blocks"
     )
+
+
+# ------------------------------------------------------------------ eager module ranges
+
+EAGER = """
+import torch
+from nvtx_regions import eager
+from thunder.tests.nanogpt_model import GPT, GPTConfig
+torch.manual_seed(0)
+model = GPT(GPTConfig(block_size=16, vocab_size=64, n_layer=2, n_head=2, n_embd=32, dropout=0.0))
+idx = torch.randint(0, 64, (2, 16))
+with eager.annotate(model, "each module <transformer.h.*>"):
+    for _ in range(2):
+        model(idx, idx)[1].backward()
+"""
+
+
+def test_eager_ranges_visible(tmp_path):
+    command = nsys_command(parse("each module <transformer.h.*>"), [PYTHON, "-c", EAGER], output=str(tmp_path / "eager"))
+    done = run(command.argv)
+    assert done.returncode == 0, done.output[-3000:]
+    seen = nsys_ranges(export(tmp_path / "eager.nsys-rep"))
+    step = ["transformer.h.0", "transformer.h.1", "transformer.h.1 (backward)", "transformer.h.0 (backward)"]
+    assert [r.message for r in seen] == step * 2
+    assert {r.domain for r in seen} == {"nvtx_regions"}
