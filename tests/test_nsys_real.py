@@ -346,3 +346,17 @@ def test_eager_ranges_visible(tmp_path):
     step = ["transformer.h.0", "transformer.h.1", "transformer.h.1 (backward)", "transformer.h.0 (backward)"]
     assert [r.message for r in seen] == step * 2
     assert {r.domain for r in seen} == {"nvtx_regions"}
+
+
+def test_region_in_both_traces_collects_each_step_twice(tmp_path):
+    # No `and forward`/`and backward`: the region is in the forward and the backward trace,
+    # whose calls are counted apart, so steps 2..3 are 4 ranges and 4 collections.
+    text = "layer0: between first(module <transformer.h.0>)..last(module <transformer.h.0>) and steps 2..3"
+    spec = spec_file(tmp_path, text)
+    command = nsys_command(parse(text), [PYTHON, "examples/train.py", "--steps", "6", "--spec", str(spec)],
+                           output=str(tmp_path / "both"))  # fmt: skip
+    assert "--capture-range-end=repeat-shutdown:4" in command.argv
+    done = run(command.argv)
+    assert done.returncode == 143, done.output[-3000:]
+    reports = collected(tmp_path, "both")
+    assert [[r.message for r in ranges] for ranges in reports] == [["layer0"]] * 4

@@ -35,7 +35,6 @@ import shutil
 import sqlite3
 import subprocess
 import tempfile
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -219,7 +218,3 @@ def _gpu_projection(
         out.append(max(g_end for _, _, g_end in inside) - min(g_start for _, g_start, _ in inside) if inside else None)
     return tuple(out), kernels
 
-
-def report_paths(paths: Iterable[str]) -> bool:
-    """Whether every path names an nsys report or its SQLite export (by suffix)."""
-    return all(str(p).endswith(REPORT_SUFFIXES) for p in paths)
