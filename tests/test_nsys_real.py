@@ -367,3 +367,29 @@ def test_region_in_both_traces_collects_each_step_twice(tmp_path):
     assert done.returncode == 143, done.output[-3000:]
     reports = collected(tmp_path, "both")
     assert [[r.message for r in ranges] for ranges in reports] == [["layer0"]] * 4
+
+
+DEFAULT_DOMAIN_STEPS = """
+import sys, thunder, torch
+from thunder.tests.nanogpt_model import GPT, GPTConfig
+from nvtx_regions import NvtxProfileTransform
+torch.manual_seed(0)
+model = GPT(GPTConfig(block_size=16, vocab_size=64, n_layer=2, n_head=2, n_embd=32, dropout=0.0))
+jitted = thunder.jit(model, transforms=[NvtxProfileTransform(select=sys.argv[1], domain=None)])
+idx = torch.randint(0, 64, (2, 16))
+for _ in range(5):
+    jitted(idx, idx)[1].backward()
+print("ran to the end")
+"""
+
+
+def test_default_domain_and_open_ended_steps(tmp_path):
+    # `--nvtx-domain-include=default`, `--nvtx-capture=LABEL` without a domain, `--capture-range-end=repeat`.
+    text = "block0: between first(module <transformer.h.0>)..last(module <transformer.h.0>) and forward and steps 3.."
+    command = nsys_command(parse(text), [PYTHON, "-c", DEFAULT_DOMAIN_STEPS, text], domain=None,
+                           output=str(tmp_path / "open"))  # fmt: skip
+    assert {"--nvtx-domain-include=default", "--nvtx-capture=block0", "--capture-range-end=repeat"} <= set(command.argv)
+    done = run(command.argv)
+    assert done.returncode == 0 and "ran to the end" in done.output, done.output[-3000:]
+    reports = collected(tmp_path, "open")  # steps 3 and 4 of 0..4
+    assert [[(r.message, r.domain) for r in ranges] for ranges in reports] == [[("block0", None)]] * 2
