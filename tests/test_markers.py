@@ -393,3 +393,85 @@ def test_common_markers_of_a_fusion():
     assert common_markers([(outer, left), (outer, right)]) == (outer,)
     assert common_markers([(outer, left), None, (outer, left)]) == (outer, left)
     assert common_markers([None]) is None
+
+
+# -- ThunderFX ----------------------------------------------------------------------
+
+
+class FxForms(torch.nn.Module):
+    def __init__(self, form: str):
+        super().__init__()
+        self.form = form
+        self.a = torch.nn.Linear(8, 8)
+        self.b = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        x = self.a(x)
+        if self.form == "range_push":
+            torch.cuda.nvtx.range_push("m")  # marker:range_push
+            x = self.b(x).relu()
+            torch.cuda.nvtx.range_pop()
+        elif self.form == "range":
+            with torch.cuda.nvtx.range("m"):  # marker:range
+                x = self.b(x).relu()
+        elif self.form == "annotate":
+            with nvtx.annotate("m", domain="fx"):  # marker:annotate
+                x = self.b(x).relu()
+        elif self.form == "decorator":
+            x = self.decorated(x)  # marker:decorator
+        elif self.form == "push_range":
+            nvtx.push_range("m", domain="fx")  # marker:push_range
+            x = self.b(x).relu()
+            nvtx.pop_range(domain="fx")
+        elif self.form == "record_function":
+            with torch.profiler.record_function("m"):  # marker:record_function
+                x = self.b(x).relu()
+        return x * 2
+
+    @nvtx.annotate("m", domain="fx")
+    def decorated(self, x):
+        return self.b(x).relu()
+
+
+def _tagged_line(form: str) -> int:
+    import inspect
+
+    lines, first = inspect.getsourcelines(FxForms.forward)
+    return first + next(i for i, line in enumerate(lines) if line.rstrip().endswith(f"# marker:{form}"))
+
+
+# form -> (thunder subgraphs, does the marker still run at run time): what torch 2.11's dynamo does.
+THUNDERFX = {
+    "range_push": (3, True),  # graph breaks at push and pop; the marker runs eagerly between subgraphs
+    "range": (1, True),  # the `with` block and what follows run without thunder
+    "annotate": (1, True),
+    "decorator": (3, True),
+    "push_range": (3, True),
+    "record_function": (1, False),  # dynamo drops it (torch logs "will be ignored"); no break
+}
+
+
+@pytest.mark.parametrize("form", list(THUNDERFX))
+def test_thunderfx_forms(form, nvtx_capture):
+    from thunder.dynamo import thunderfx
+
+    torch._dynamo.reset()
+    model, x = FxForms(form), torch.randn(2, 8)
+    compiled = thunderfx(model)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.testing.assert_close(compiled(x), model(x))
+    ours = [w for w in caught if issubclass(w.category, NvtxRegionsWarning)]
+    subgraphs, runs = THUNDERFX[form]
+    if form == "record_function":
+        assert ours == []
+    else:
+        (warning,) = ours  # once, however many breaks the marker causes
+        assert (warning.filename, warning.lineno) == (__file__, _tagged_line(form))
+        assert "under ThunderFX" in str(warning.message) and "marker:" + form in str(warning.message)
+    assert len(compiled._backend.subgraph_infos) == subgraphs
+    with nvtx_capture() as events:
+        compiled(x)
+    pushes = [(e.domain, e.message) for e in events if e.kind == "push"]
+    domain = None if form in ("range_push", "range") else "fx"
+    assert pushes == ([(domain, "m")] if runs else [])

@@ -370,6 +370,7 @@ def _install_marker_recorder() -> None:
     _LIBRARY_FILES += (contextlib.__file__, os.path.dirname(os.path.dirname(__file__)) + os.sep)
     for api, recorder in diverted.items():
         _general_jit_lookaside_map[api] = interpreter_needs_wrap(_diverted(api, recorder))
+    _install_thunderfx_marker_warning()
 
 
 def _diverted(api: Any, recorder: Any) -> Any:
@@ -544,3 +545,71 @@ def recorded_marker_log(bsym: Any) -> MarkerLog | None:
         if found is not None:
             return found
     return None
+
+
+def _install_thunderfx_marker_warning() -> None:
+    """Warn once per marker when torch.compile breaks its graph at a user's NVTX marker.
+
+    Checked on torch 2.11 and thunder 0.2.6. Dynamo cannot put a marker in
+    its graph: ``range_push``/``range_pop`` return an int ("torch.* op
+    returned non-Tensor"), and nvtx's ``push_range``/``pop_range`` are Cython
+    functions it cannot trace. It breaks the graph there and runs the marker
+    eagerly; a ``with`` block whose ``__enter__`` breaks runs, with the rest of
+    the function, without any compiler. Dynamo sets
+    ``GraphModule.compile_subgraph_reason`` (``graph_break``, ``reason``,
+    ``user_stack``) on each graph it hands a backend, and ThunderFX's backend
+    is ``thunder.dynamo.compiler.ThunderCompiler.__call__(gm, sample_args)``.
+    Without this, the only sign is a model that thunder compiles in pieces,
+    or not at all.
+    """
+    try:
+        from thunder.dynamo.compiler import ThunderCompiler
+    except ImportError:  # a thunder without ThunderFX
+        return
+    original = ThunderCompiler.__call__
+
+    def __call__(self, gm, sample_args):
+        try:
+            _warn_marker_break(getattr(gm, "compile_subgraph_reason", None))
+        except Exception:  # never break compilation over a profiling hint
+            pass
+        return original(self, gm, sample_args)
+
+    __call__.__wrapped__ = original  # type: ignore[attr-defined]
+    ThunderCompiler.__call__ = __call__
+
+
+# torch 2.11 dynamo's reason for a torch.cuda.nvtx call (it names the function, not its module).
+_TORCH_NVTX_BREAK = re.compile(r"torch\.\* op returned non-Tensor[\s\S]*target: <function (range_push|range_pop|range|mark|range_start|range_end) at")
+
+
+def _warn_marker_break(reason: Any) -> None:
+    import linecache
+    import os
+
+    if reason is None or not getattr(reason, "graph_break", False):
+        return
+    stack = list(getattr(reason, "user_stack", None) or ())
+    text = str(getattr(reason, "reason", ""))
+    nvtx_dir = next((d for d in _LIBRARY_FILES if d.rstrip(os.sep).endswith(os.sep + "nvtx")), None)
+    in_nvtx = nvtx_dir is not None and any(frame.filename.startswith(nvtx_dir) for frame in stack)
+    in_torch_nvtx = bool(_TORCH_NVTX_BREAK.search(text)) or any(
+        frame.filename.endswith(os.path.join("torch", "cuda", "nvtx.py")) for frame in stack
+    )
+    user = next((f for f in reversed(stack) if not f.filename.startswith(_LIBRARY_FILES)), None)
+    if not (in_nvtx or in_torch_nvtx) or user is None:  # no user's line: the break inside nvtx's own wrapper
+        return
+    # The pop's own break: the push's warning has said it all, once per marker.
+    if "<function range_pop at" in text or any(f.name in ("pop_range", "__exit__") for f in stack if f is not user):
+        return
+    where = (user.filename, user.lineno)
+    code = linecache.getline(*where).strip() or "an NVTX marker"
+    api = "nvtx" if in_nvtx else "torch.cuda.nvtx"
+    _warn_once(
+        "thunderfx",
+        where,
+        f"torch.compile breaks the graph at the NVTX marker `{code}` ({api}): under ThunderFX it runs eagerly "
+        f"between thunder's subgraphs, and a `with` block it opens runs, with the rest of the function, without "
+        f"thunder; nvtx_regions cannot see or re-emit it (see the README, 'Your own NVTX markers'). "
+        f"Use thunder.jit to keep the model in one thunder trace.",
+    )
