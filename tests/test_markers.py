@@ -265,6 +265,41 @@ def test_nanogpt_stacks_match_eager(nvtx_capture):
     assert {m.message for stack in backward.marker_stacks for m in stack} == {"attention0", "attention1", "mlp"}
 
 
+
+def make_marked_llama(n_layer: int = 2):
+    """litgpt's llama2-like model, attention wrapped by the `nvtx.annotate` decorator and
+    the MLP by `torch.cuda.nvtx.range` used as a decorator, per block."""
+    from thunder.tests.litgpt_model import GPT, Config
+
+    torch.manual_seed(0)
+    config = Config.from_name(
+        "llama2-like", n_layer=n_layer, block_size=32, n_embd=32, n_head=4, intermediate_size=64,
+        vocab_size=64, padded_vocab_size=64,
+    )  # fmt: skip
+    model = GPT(config)
+    for i, block in enumerate(model.transformer.h):
+        block.attn.forward = nvtx.annotate(f"attn{i}", domain="llama", color="blue")(block.attn.forward)
+        block.mlp.forward = torch.cuda.nvtx.range(f"mlp{i}")(block.mlp.forward)
+    return model
+
+
+def test_llama_stacks_match_eager(nvtx_capture):
+    model = make_marked_llama()
+    torch.manual_seed(1)
+    idx = torch.randint(0, 64, (2, 16))
+    reference = eager_reference(model, idx, nvtx_capture=nvtx_capture)
+    jitted = thunder.jit(model)
+    with nvtx_capture() as tracing:
+        jitted(idx).sum().backward()
+    records = thunder_records(forward_view(jitted))
+    assert_matches_eager(records, reference)
+    opened = {m for _, stack in records for m in stack}
+    assert opened == {("llama", "attn0"), ("llama", "attn1"), (None, "mlp0"), (None, "mlp1")}
+    assert [e for e in tracing if e.kind in RANGE_KINDS] == []
+    backward = backward_view(jitted)
+    assert {m.message for stack in backward.marker_stacks for m in stack} == {"attn0", "attn1", "mlp0", "mlp1"}
+
+
 # -- pitfalls -----------------------------------------------------------------------
 
 
