@@ -510,3 +510,182 @@ def test_thunderfx_forms(form, nvtx_capture):
     pushes = [(e.domain, e.message) for e in events if e.kind == "push"]
     domain = None if form in ("range_push", "range") else "fx"
     assert pushes == ([(domain, "m")] if runs else [])
+
+
+# -- re-emission: `each marker <...>` and `marker <...>` ----------------------------
+
+from nvtx_regions import NvtxProfileTransform, explain  # noqa: E402
+from nvtx_regions.testing import check_balanced  # noqa: E402
+
+
+def _nvtx_calls(events):
+    """(kind, domain, message, depth) of every push and pop on this thread."""
+    me = threading.get_native_id()
+    return [(e.kind, e.domain, e.message, e.depth) for e in events if e.kind in ("push", "pop") and e.tid == me]
+
+
+def _marked_models():
+    torch.manual_seed(1)
+    llama_idx = torch.randint(0, 64, (2, 16))
+    return {
+        "toy": (make_toy, (toy_input(),)),
+        "nanogpt": (make_marked_gpt, gpt_inputs()),
+        "llama": (make_marked_llama, (llama_idx,)),
+    }
+
+
+@pytest.mark.parametrize("name", ["toy", "nanogpt", "llama"])
+def test_each_marker_forward_is_eager_call_for_call(name, nvtx_capture):
+    """The same (domain, message, depth) pushes and pops as eager, on the first call and the later ones."""
+    make, inputs = _marked_models()[name]
+    model = make()
+    with nvtx_capture() as eager:
+        model(*inputs)
+    jitted = thunder.jit(model, transforms=[NvtxProfileTransform("each marker <*> and forward")])
+    calls = []
+    for _ in range(3):
+        with nvtx_capture() as events:
+            jitted(*inputs)
+        calls.append(_nvtx_calls(events))
+    expected = _nvtx_calls(eager)
+    assert expected
+    if name == "toy":  # markers nest there, across three domains
+        assert any(depth > 0 for kind, _, _, depth in expected if kind == "push")
+    assert calls == [expected] * 3
+
+
+def test_each_marker_backward_in_the_users_domain(nvtx_capture):
+    model, x = make_toy(), toy_input()
+    jitted = thunder.jit(model, transforms=[NvtxProfileTransform("each marker <layer*, mlp>")])
+    jitted(x).sum().backward()  # compile
+    with nvtx_capture() as events:
+        jitted(x).sum().backward()
+    check_balanced(events)
+    pushes = [(e.domain, e.message) for e in events if e.kind == "push"]
+    assert pushes[:4] == [(None, "layer0"), ("mine", "mlp"), (None, "layer1"), ("mine", "mlp")]
+    backward = pushes[4:]
+    assert (None, "layer1 (backward)") in backward and ("mine", "mlp (backward)") in backward
+    assert backward.index((None, "layer1 (backward)")) < backward.index((None, "layer0 (backward)"))
+    # The user's colour where the user gave one (nvtx); torch.cuda.nvtx has none, and nvtx's attributes
+    # then carry nvtx's default (0xFF).
+    assert {e.color for e in events if e.kind == "push" and e.domain == "mine"} == {0xFF0000}
+
+
+def test_marker_filter_selects_the_ops_inside(nvtx_capture):
+    model, x = make_toy(), toy_input()
+    jitted = thunder.jit(model, transforms=[NvtxProfileTransform("op in <linear> and marker <mlp> and forward")])
+    with nvtx_capture() as events:
+        jitted(x)
+    pushes = [(e.domain, e.message) for e in events if e.kind == "push"]
+    assert len(pushes) == 2 and all(d == "nvtx_regions" and "linear" in m and "mlp_weight" in m for d, m in pushes)
+
+
+def test_each_marker_joins_module_and_gates(nvtx_capture):
+    model, x = make_toy(), toy_input()
+    jitted = thunder.jit(model, transforms=[NvtxProfileTransform("each marker <attn*> and module <0> and forward and steps 1..")])
+    seen = []
+    for _ in range(2):
+        with nvtx_capture() as events:
+            jitted(x)
+        seen.append([(e.domain, e.message) for e in events if e.kind == "push"])
+    assert seen == [[], [(None, "attn0")]]
+
+
+def test_record_function_goes_in_the_transforms_domain(nvtx_capture):
+    class WithRecordFunction(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            with torch.profiler.record_function("scoped"):
+                y = self.a(x)
+            return y.relu()
+
+    jitted = thunder.jit(WithRecordFunction(), transforms=[NvtxProfileTransform("each marker <scoped> and forward", domain="mine")])
+    with nvtx_capture() as events:
+        jitted(torch.randn(2, 4))
+    assert [(e.domain, e.message) for e in events if e.kind == "push"] == [("mine", "scoped")]
+
+
+def test_left_open_marker_warns_and_stays_balanced(nvtx_capture):
+    def leaves_open(x):
+        y = x * 2
+        nvtx.push_range("tail", domain="mine")
+        return y + 1
+
+    jitted = thunder.jit(leaves_open, transforms=[NvtxProfileTransform("each marker <tail>")])
+    with pytest.warns(NvtxRegionsWarning, match="still open") as caught:
+        jitted(torch.randn(3))
+    (warning,) = [w for w in caught if "still open" in str(w.message)]
+    assert (warning.filename, warning.lineno) == (__file__, leaves_open.__code__.co_firstlineno + 2)
+    with nvtx_capture() as events:
+        jitted(torch.randn(3))
+    check_balanced(events)
+    assert [(e.kind, e.domain, e.message) for e in events if e.kind in ("push", "pop")] == [
+        ("push", "mine", "tail"), ("pop", "mine", None),
+    ]  # fmt: skip
+
+
+def test_marker_around_no_op_is_named_when_nothing_is_selected():
+    def empty_marker(x):
+        with torch.cuda.nvtx.range("nothing"):
+            z = x
+        return z + 1
+
+    jitted = thunder.jit(empty_marker, transforms=[NvtxProfileTransform("each marker <nothing>")])
+    with pytest.warns(NvtxRegionsWarning, match="recorded no op"):
+        jitted(torch.randn(3))
+
+
+def test_explain_and_range_tree_show_marker_ranges():
+    model, x = make_toy(), toy_input()
+    jitted = thunder.jit(model)
+    jitted(x).sum().backward()
+    explanation = explain(jitted, "each marker <layer*, mlp> and forward")
+    text = str(explanation)
+    assert "one range per marker occurrence" in text
+    assert f"torch.cuda.nvtx marker pushed at {__file__}:{ToyBlock.forward.__code__.co_firstlineno + 1}" in text
+    assert "nvtx marker pushed at" in text and "domain 'mine'" in text
+    tree = explanation.range_tree() if hasattr(explanation, "range_tree") else None
+    from nvtx_regions.report.rangeart import draw_ranges
+
+    drawn = draw_ranges(explanation)
+    assert "layer0" in drawn and "mlp" in drawn
+    del tree
+
+
+def test_explain_names_fusions_that_cross_a_marker():
+    """thunder's torch.compile executor fuses this whole function (it fused every op tried on the
+    CPU), so the fusion crosses the marker: the marker has no op of its own, and explain() says why."""
+
+    def crossing(x, w):
+        y = x.sin()
+        with torch.cuda.nvtx.range("inside"):
+            y = (y.cos() * 2) @ w
+        return y + 1
+
+    jitted = thunder.jit(crossing, executors=["torchcompile"])
+    x, w = torch.randn(4, 4), torch.randn(4, 4)
+    torch.testing.assert_close(jitted(x, w), crossing(x, w))
+    view = forward_view(jitted)
+    (fusion,) = [p for p, op in enumerate(view.ops) if op.is_fusion]
+    from nvtx_regions.selection.markers import crossing_fusions
+
+    (inside,) = view.marker_log.pushed
+    assert crossing_fusions(view, inside) == [fusion] and view.marker_stacks[fusion] == ()
+    text = str(explain(jitted, "each marker <inside>"))
+    assert "whose ops are all inside fusions that also hold ops outside it" in text, text
+    assert f"#{fusion} {view.ops[fusion].name}" in text
+
+
+def test_eager_annotate_adds_nothing_for_marker_rules(nvtx_capture):
+    from nvtx_regions.eager import annotate
+
+    model, x = make_toy(), toy_input()
+    with nvtx_capture() as plain:
+        model(x)
+    with annotate(model, "each marker <*> and forward") as handle:
+        with nvtx_capture() as annotated:
+            model(x)
+    assert _nvtx_calls(annotated) == _nvtx_calls(plain) and handle.messages == []

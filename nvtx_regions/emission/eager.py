@@ -16,7 +16,9 @@ Supported rules: ``each module <...>`` and ``each class <...>``, joined with
 (only modules at or below a matching path in ``model.named_modules()``) and
 to the run-time gates ``rank in <...>`` and ``steps a..b``. A step is one call
 of the root model's ``forward`` (from 0) and the backward that follows it.
-Rules that select ops of a trace raise `SelectorError` here.
+Rules that select ops of a trace raise `SelectorError` here. An
+``each marker <...>`` rule adds nothing: in eager PyTorch the user's own
+markers run as written, which is what the thunder side re-emits.
 
 How the ranges are made, and the promises that follow:
 - forward: a forward pre-hook pushes, a forward hook registered with
@@ -61,7 +63,9 @@ from ..language.tree import (
     Between,
     ClassIn,
     EachClass,
+    EachMarker,
     EachModule,
+    MarkerIn,
     ModuleIn,
     Not,
     OpIn,
@@ -83,6 +87,7 @@ _TRACE_ONLY = {
     Source: "selects trace ops by the source line that recorded them",
     BackwardOf: "maps backward trace ops to the forward ops that saved their inputs",
     All: "selects every trace op",
+    MarkerIn: "selects trace ops by the user's NVTX markers around them",
 }
 
 _SUPPORTED = (
@@ -142,6 +147,9 @@ def _eager_rules(spec: Spec) -> list[_EagerRule]:
                     f"{describe}: {render(expr)!r}: eager rules cannot use 'not' or 'or'; {_SUPPORTED}. "
                     "Write one rule per alternative"
                 )
+        if any(isinstance(e, EachMarker) for e in conjuncts):
+            compile_spec(Spec((rule,), filename=spec.filename))  # its errors, as on the thunder side
+            continue  # the user's markers run in eager as written: nothing to add
         if not any(isinstance(e, (EachModule, EachClass)) for e in conjuncts):
             scope = next((e for e in conjuncts if isinstance(e, (ModuleIn, ClassIn))), None)
             if scope is not None:

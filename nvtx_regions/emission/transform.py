@@ -33,6 +33,7 @@ from ..core.errors import NvtxRegionsWarning, SelectorError
 from ..language.parse import combine, parse
 from ..selection.plan import Plan, make_plan
 from ..core.calls import chain_message
+from ..core.markers import RECORD_FUNCTION
 from .runtime import DEFAULT_DOMAIN, Domain, Group, TraceRuntime, next_serial, rule_color
 from ..attribution.thunder_internals import attached_as as _attached_as
 from ..attribution.thunder_internals import backward_follows as _backward_follows
@@ -164,6 +165,7 @@ class NvtxProfileTransform(Transform):
             text = text[:200] + f"... ({len(self.spec.rules)} rules)"
         self._summary = json.dumps(text, ensure_ascii=False)  # for provenance
         self.domain = Domain(self.domain_name)
+        self._marker_domains: dict[str | None, Domain] = {}  # the users' own domains of `each marker` ranges
         # The latest REPORTS_KEPT traces; check() counts every trace seen, in _ranges_seen.
         self.reports: collections.deque[TraceReport] = collections.deque(maxlen=REPORTS_KEPT)
         self._ranges_seen = [0] * len(self.compiled.rules)
@@ -217,7 +219,9 @@ class NvtxProfileTransform(Transform):
             view.forward, self._last_forward = self._last_forward, None
         else:
             self._last_forward = view
-        plan = make_plan(self.compiled, view)
+        plan = make_plan(self.compiled, view, self.domain_name)
+        if view.phase == "forward" and view.marker_log is not None and view.marker_log.open:
+            _warn_left_open(view.marker_log.open, plan)
         emitted: list[tuple[int, str]] = []
         result = trace if plan.empty else self._annotate(trace, plan, emitted, view)
         seconds = time.perf_counter() - started
@@ -286,57 +290,80 @@ class NvtxProfileTransform(Transform):
         where = chain_message(view.module_chains[view.position_of(index)])
         return f"{where}: {bsym.sym.name}" if where else bsym.sym.name
 
+    def _domain_of(self, name: Any) -> Domain:
+        """The `Domain` of `name` (this transform's own, or a user's marker's), kept for the transform's life."""
+        if name == self.domain_name:
+            return self.domain
+        found = self._marker_domains.get(name)
+        if found is None:
+            found = self._marker_domains[name] = Domain(name)
+        return found
+
     def _annotate(self, trace: TraceCtx, plan: Plan, emitted: list[tuple[int, str]], view: TraceView) -> TraceCtx:
         serial = next_serial()
         prefix = f"nvtx_regions_{serial}"
+        # One group per (gate, domain): its push and pop globals, and the global holding its domain argument.
         groups: dict[Any, Group] = {}
+        domain_globals: dict[Any, str] = {}
         for planned in plan.ranges:
-            if planned.gate not in groups:
+            domain = planned.domain(self.domain_name)
+            key = (planned.gate, domain)
+            if key not in groups:
                 n = len(groups)
-                groups[planned.gate] = Group(f"{prefix}_push_{n}", f"{prefix}_pop_{n}", planned.gate)
+                if domain not in domain_globals:
+                    domain_globals[domain] = f"{prefix}_domain" + (f"_{len(domain_globals)}" if domain_globals else "")
+                groups[key] = Group(
+                    f"{prefix}_push_{n}", f"{prefix}_pop_{n}", planned.gate, self._domain_of(domain), domain_globals[domain]
+                )
         enter_name, exit_name = f"{prefix}_push_enter", f"{prefix}_pop_exit"
-        domain_name, progress = f"{prefix}_domain", f"{prefix}_open"
+        progress = f"{prefix}_open"
         runtime = TraceRuntime(
-            self.domain,
-            list(groups.values()),
-            enter_name=enter_name,
-            exit_name=exit_name,
-            domain_name=domain_name,
-            progress_name=progress,
+            self.domain, list(groups.values()), enter_name=enter_name, exit_name=exit_name, progress_name=progress
         )
         functions = runtime.initial_globals()
         # Each push and pop also records itself in the call's progress list (see runtime).
         pushes_by_group = {
-            key: _symbol(g.push_name, "{name}({args[0]}, " + f"{domain_name}); {progress}.append({n})" + "  # {args[1]}")
+            key: _symbol(g.push_name, "{name}({args[0]}, " + f"{g.domain_name}); {progress}.append({n})" + "  # {args[1]}")
             for n, (key, g) in enumerate(groups.items())
         }
         pops_by_group = {
-            key: _symbol(g.pop_name, "{name}(" + f"{domain_name}); {progress}.pop()") for key, g in groups.items()
+            key: _symbol(g.pop_name, "{name}(" + f"{g.domain_name}); {progress}.pop()") for key, g in groups.items()
         }
         # The trace's first push and last pop also start and end the call (see runtime).
         enter = _symbol(enter_name, f"{progress} = " + "{name}(globals(), {args[0]})  # {args[1]}")
-        exit_ = _symbol(exit_name, "{args[0]}(" + f"{domain_name}); {progress}.calls.remove({progress})")
+        exit_ = _symbol(exit_name, "{args[0]}({args[1]}); " + f"{progress}.calls.remove({progress})")
 
         bsyms = trace.bound_symbols
         pushes: dict[int, list[BoundSymbol]] = {}
         pops: dict[int, list[BoundSymbol]] = {}
-        open_ends: list[int] = []  # ends of the ranges enclosing the current one
+        pop_domain: dict[int, str] = {}  # id of a pop -> the global holding its domain argument
+        open_ends: dict[Any, list[int]] = {}  # per domain: ends of the ranges enclosing the current one
         for number, planned in enumerate(plan.ranges):
-            message = planned.label if planned.label is not None else self._op_message(view, planned.start, bsyms[planned.start])
-            while open_ends and open_ends[-1] < planned.start:
-                open_ends.pop()
-            emitted.append((len(open_ends), message))
-            open_ends.append(planned.end)
+            marker = planned.marker
+            if marker is not None or planned.label is not None:
+                message = planned.label
+            else:
+                message = self._op_message(view, planned.start, bsyms[planned.start])
+            domain = planned.domain(self.domain_name)
+            ends = open_ends.setdefault(domain, [])
+            while ends and ends[-1] < planned.start:
+                ends.pop()
+            emitted.append((len(ends), message))
+            ends.append(planned.end)
             rule = self.compiled.rules[planned.rules[0]]
-            attributes = self.domain.attributes(
-                message, color=rule_color(rule.number), category=rule.rule.label or rule.rule.text or render(rule.rule)
-            )
+            group = groups[(planned.gate, domain)]
+            if marker is not None and marker.form != RECORD_FUNCTION:
+                # The user's own marker, as the user pushed it: message and colour, no category.
+                attributes = group.domain.attributes(message, color=marker.color)
+            else:
+                attributes = group.domain.attributes(
+                    message, color=rule_color(rule.number), category=rule.rule.label or rule.rule.text or render(rule.rule)
+                )
             attr_name = f"{prefix}_attr_{number}"
-            group = groups[planned.gate]
             context = {
                 group.push_name: functions[group.push_name],
                 group.pop_name: functions[group.pop_name],
-                domain_name: functions[domain_name],
+                group.domain_name: functions[group.domain_name],
             }
             if number == 0:
                 push = BoundSymbol(
@@ -348,20 +375,21 @@ class NvtxProfileTransform(Transform):
                 )
             else:
                 push = BoundSymbol(
-                    pushes_by_group[planned.gate],
+                    pushes_by_group[(planned.gate, domain)],
                     args=(attr_name, json.dumps(message, ensure_ascii=False)),
                     kwargs={},
                     output=None,
                     _call_ctx={attr_name: attributes, **context},
                 )
             pushes.setdefault(planned.start, []).append(push)
-            pop = BoundSymbol(pops_by_group[planned.gate], args=(), kwargs={}, output=None, _call_ctx=context)
+            pop = BoundSymbol(pops_by_group[(planned.gate, domain)], args=(), kwargs={}, output=None, _call_ctx=context)
+            pop_domain[id(pop)] = group.domain_name
             pops.setdefault(planned.end, []).insert(0, pop)
         # The trace's last pop: at the latest end, the last of that list (the outermost range).
         end_pops = pops[max(pops)]
         last_pop = end_pops[-1]
         end_pops[-1] = BoundSymbol(
-            exit_, args=(last_pop.sym.name,), kwargs={}, output=None, _call_ctx=last_pop._call_ctx
+            exit_, args=(last_pop.sym.name, pop_domain[id(last_pop)]), kwargs={}, output=None, _call_ctx=last_pop._call_ctx
         )
 
         new_bsyms: list[BoundSymbol] = []
@@ -372,6 +400,27 @@ class NvtxProfileTransform(Transform):
         annotated = from_trace(trace)
         annotated.bound_symbols = new_bsyms
         return annotated
+
+
+_warned_left_open: set[tuple[str, int] | None] = set()
+
+
+def _warn_left_open(markers: tuple[Any, ...], plan: Plan) -> None:
+    """Warn once per line about `each marker` ranges whose marker the traced function never popped."""
+    emitted = {planned.marker for planned in plan.ranges if planned.marker is not None}
+    for marker in markers:
+        if marker not in emitted or marker.where in _warned_left_open:
+            continue
+        _warned_left_open.add(marker.where)
+        filename, line = marker.where or ("<unknown>", 0)
+        warnings.warn_explicit(
+            f"the NVTX marker {marker.message!r} is still open when the compiled function returns (the caller "
+            "pops it, or nothing does); under thunder its re-emitted range ends after its last op, so that every "
+            "range the transform pushes is popped in the same call",
+            NvtxRegionsWarning,
+            filename,
+            line,
+        )
 
 
 # Every transform alive, to tell at exit which ones thunder never called.

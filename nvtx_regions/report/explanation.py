@@ -17,6 +17,7 @@ from ..selection.unselected import RuleTally
 from ..selection.compile import CompiledRule, compile_spec
 from ..core.errors import SelectorError
 from ..language.parse import combine
+from ..selection.markers import crossing_fusions
 from ..selection.plan import Plan, make_plan
 from ..attribution.traceview import TraceView
 from ..core.bits import bit_positions
@@ -38,6 +39,7 @@ class RuleInTrace:
     saved_by: tuple[tuple[str, ...], ...]  # per selected backward op: its forward origins (modules.backward_origins)
     modules: tuple[str | None, ...] = ()  # per selected op: the module it is attributed to
     calls: tuple[tuple[str, int, int, int], ...] = ()  # `each` rules: (message, first, last, ops) per module call
+    notes: tuple[str, ...] = ()  # per call of `calls`: where a marker was pushed, fusions crossing it
 
 
 @dataclass
@@ -53,7 +55,8 @@ class Explanation:
         out = []
         for rule, per_trace in zip(self.rules, self.traces):
             kind = (
-                "one range per module call" if rule.each is not None
+                "one range per marker occurrence" if rule.each is not None and rule.each.by == "marker"
+                else "one range per module call" if rule.each is not None
                 else "one range per region" if rule.region is not None else "one range per op"
             )  # fmt: skip
             gate = f", gated: {rule.gate.text()}" if rule.gate is not None else ""
@@ -63,8 +66,10 @@ class Explanation:
                 if found.region is not None:
                     head += f", ops #{found.region[0]}..#{found.region[1]} ({len(found.selected)} ops)"
                 out.append(head)
-                for message, first, last, count in found.calls[: self.max_ops]:
+                for n, (message, first, last, count) in enumerate(found.calls[: self.max_ops]):
                     out.append(f"    {message}: ops #{first}..#{last} ({count} op{'s' * (count != 1)})")
+                    if n < len(found.notes) and found.notes[n]:
+                        out.append(f"      {found.notes[n]}")
                 if len(found.calls) > self.max_ops:
                     out.append(f"    ... {len(found.calls) - self.max_ops} more calls")
                 rows = list(zip(found.selected, found.lines, found.saved_by, found.modules))
@@ -172,10 +177,27 @@ def _rule_in_trace(rule: CompiledRule, view: TraceView, plan: Plan) -> RuleInTra
     chains = view.module_chains
     modules = tuple((chains[p][-1].name if chains[p] else None) for p in selected)
     calls: tuple[tuple[str, int, int, int], ...] = ()
+    notes: tuple[str, ...] = ()
     if rule.each is not None:
-        calls = tuple(
-            (span.message, span.first, span.last, bin(span.positions).count("1")) for span in rule.each.spans(view)
-        )
+        spans = rule.each.spans(view)
+        calls = tuple((span.message, span.first, span.last, bin(span.positions).count("1")) for span in spans)
+        if rule.each.by == "marker":
+            notes = tuple(_marker_note(view, span.marker) for span in spans)
     return RuleInTrace(
-        view.name, view.phase, plan.ranges_per_rule[rule.number], region, selected, lines, tuple(saved_by), modules, calls
-    )
+        view.name, view.phase, plan.ranges_per_rule[rule.number], region, selected, lines, tuple(saved_by), modules,
+        calls, notes,
+    )  # fmt: skip
+
+
+def _marker_note(view: TraceView, marker: Any) -> str:
+    """Where `marker` was pushed, in which domain, and the fusions that cross its boundary."""
+    domain = "the transform's domain" if marker.form == "record_function" else f"domain {marker.domain or 'NVTX'!r}"
+    note = f"{marker.form} marker pushed at {marker.place}, {domain}"
+    crossing = crossing_fusions(view, marker) if view.phase == "forward" else []
+    if crossing:
+        shown = ", ".join(f"#{p} {view.ops[p].name}" for p in crossing[:3])
+        note += (
+            f"; {len(crossing)} fusion{'s' * (len(crossing) != 1)} ({shown}) hold ops inside and outside it and stay "
+            "outside its range, as for module calls"
+        )
+    return note

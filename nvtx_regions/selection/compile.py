@@ -19,6 +19,7 @@ from ..attribution.traceview import Phase, TraceView
 from ..core.bits import bit_positions
 from ..core.calls import ModuleCall, ancestors
 from ..core.globs import class_matcher, path_matcher
+from .markers import EachMarkerSelector, marker_mask
 from ..language.tree import (
     All,
     And,
@@ -27,11 +28,13 @@ from ..language.tree import (
     Between,
     ClassIn,
     EachClass,
+    EachMarker,
     EachModule,
     Endpoint,
     Expr,
     First,
     Forward,
+    MarkerIn,
     ModuleIn,
     Not,
     OpIn,
@@ -166,7 +169,7 @@ class CompiledRule:
     select: Selector | None
     gate: Gate | None
     filename: str
-    each: EachSelector | None = None
+    each: EachSelector | EachMarkerSelector | None = None
 
     def describe(self) -> str:
         return self.rule.describe(self.filename)
@@ -337,8 +340,11 @@ class _Compiler:
             return _module_selector("class", expr.globs)
         if isinstance(expr, Source):
             return _source_selector(expr)
-        if isinstance(expr, (EachModule, EachClass)):
-            raise self.error(_EACH_ALONE.format(each=render(expr)))
+        if isinstance(expr, MarkerIn):
+            matches = _glob_matcher(expr.globs)
+            return lambda view: marker_mask(view, matches)
+        if isinstance(expr, _EACHES):
+            raise self.error(_each_alone(expr))
         if isinstance(expr, Not):
             inner = self.expr(expr.operand)
             return lambda view: view.everything & ~inner(view)
@@ -396,16 +402,24 @@ class _Compiler:
         return Gate(ranks, first, last)
 
 
-_EACH_ALONE = (
-    "{each!r} is a rule of its own (one range per module call): join it only with 'and forward', "
-    "'and backward', 'and module <...>', 'and class <...>' or run-time gates, at the top of the rule; "
-    "to select the ops inside modules write 'module <...>' or 'class <...>' instead"
-)
+_EACHES = (EachModule, EachClass, EachMarker)
 
 
-def _each(operands: list[Expr]) -> tuple[EachModule | EachClass, Phase | None, bool] | None:
+def _each_alone(each: EachModule | EachClass | EachMarker) -> str:
+    if isinstance(each, EachMarker):
+        what, instead = "marker occurrence", "'marker <...>'"
+    else:
+        what, instead = "module call", "'module <...>' or 'class <...>'"
+    return (
+        f"{render(each)!r} is a rule of its own (one range per {what}): join it only with 'and forward', "
+        "'and backward', 'and module <...>', 'and class <...>' or run-time gates, at the top of the rule; "
+        f"to select the ops inside {'markers' if isinstance(each, EachMarker) else 'modules'} write {instead} instead"
+    )
+
+
+def _each(operands: list[Expr]) -> tuple[EachModule | EachClass | EachMarker, Phase | None, bool] | None:
     """If `operands` (the non-gate conjuncts of a rule) hold an ``each`` rule, describe it."""
-    eaches = [e for e in operands if isinstance(e, (EachModule, EachClass))]
+    eaches = [e for e in operands if isinstance(e, _EACHES)]
     if not eaches:
         return None
     phases = [e for e in operands if isinstance(e, (Forward, Backward))]
@@ -440,7 +454,7 @@ def compile_spec(spec: Spec) -> CompiledSpec:
         rest = [e for e in conjuncts if not isinstance(e, (RankIn, Steps))]
         for expr in rest:
             for inner in walk(expr):
-                if isinstance(inner, (RankIn, Steps)) or (isinstance(inner, (EachModule, EachClass)) and inner is not expr):
+                if isinstance(inner, (RankIn, Steps)) or (isinstance(inner, _EACHES) and inner is not expr):
                     compiler.expr(inner)  # raises the explanatory error
         each = _each(rest)
         region = _region(rest)
@@ -449,7 +463,13 @@ def compile_spec(spec: Spec) -> CompiledSpec:
             within = [e for e in rest if isinstance(e, (ModuleIn, ClassIn))]
             others = [e for e in rest if not isinstance(e, (Forward, Backward, ModuleIn, ClassIn)) and e is not found]
             if others:
-                raise compiler.error(_EACH_ALONE.format(each=render(found)))
+                raise compiler.error(_each_alone(found))
+            if isinstance(found, EachMarker):
+                scopes = tuple(_module_selector("module" if isinstance(e, ModuleIn) else "class", e.globs) for e in within)
+                marker_each = EachMarkerSelector(_glob_matcher(found.globs), phase, never, scopes)
+                compiled_rules.append(CompiledRule(rule, number, None, None, compiler.gate(gates), spec.filename, marker_each))
+                compiler.compiled = compiled_rules[-1]
+                continue
             by = "module" if isinstance(found, EachModule) else "class"
             matches = path_matcher(found.globs) if by == "module" else class_matcher(found.globs)
             tests = tuple(

@@ -9,17 +9,20 @@ Promises:
 - An ``each`` rule gives one region per matching module call, from its first to
   its last op, even when ops of other calls lie in between.
 - Regions that partially overlap raise `SelectorError` naming both rules,
-  because NVTX push/pop ranges must nest.
+  because NVTX push/pop ranges must nest. NVTX keeps one stack per domain:
+  an ``each marker`` range in the user's own domain (`PlannedRange.domain`)
+  needs to nest only with the ranges of that domain.
 - `ranges` are in push order: at a given bound symbol, outer before inner.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from .compile import CompiledSpec, Gate, _endpoint_text
 from ..core.errors import SelectorError
+from ..core.markers import RECORD_FUNCTION, Marker
 from ..attribution.traceview import Phase, TraceView
 from ..core.bits import bit_positions
 
@@ -36,6 +39,15 @@ class PlannedRange:
     rules: tuple[int, ...]  # numbers of the rules that asked for it
     label: str | None  # the region's message; None for an op range
     gate: GateKey
+    # For an `each marker` range: the user's marker it re-emits (its domain and colour).
+    marker: Marker | None = None
+
+    def domain(self, own: Any) -> Any:
+        """The NVTX domain this range goes in, when the transform's own is `own`: a
+        marker's own domain (``record_function`` has none: `own`), else `own`."""
+        if self.marker is None or self.marker.form == RECORD_FUNCTION:
+            return own
+        return self.marker.domain
 
 
 @dataclass(frozen=True)
@@ -58,8 +70,13 @@ def _merge_gates(gates: list[Gate | None]) -> GateKey:
     return frozenset(gates)  # type: ignore[arg-type]
 
 
-def make_plan(spec: CompiledSpec, view: TraceView) -> Plan:
-    """Plan the ranges of `spec` in one trace.
+# The emitting transform's own domain when the caller does not name it: distinct from every user domain.
+OWN_DOMAIN: Any = type("OwnDomain", (), {"__repr__": lambda self: "<the transform's domain>"})()
+
+
+def make_plan(spec: CompiledSpec, view: TraceView, domain: Any = OWN_DOMAIN) -> Plan:
+    """Plan the ranges of `spec` in one trace, for a transform whose own NVTX domain is `domain`
+    (a name, None for NVTX's default domain).
 
     Raises `SelectorError` for partially overlapping regions, and
     `RegionOrderError` (a `SelectorError`) for a region that ends before it starts.
@@ -74,7 +91,8 @@ def make_plan(spec: CompiledSpec, view: TraceView) -> Plan:
             for span in rule.each.spans(view):
                 selected[rule.number] |= span.positions
                 start, end = view.ops[span.first].index, view.ops[span.last].index
-                planned = PlannedRange(start, end, "region", (rule.number,), span.message, gate)
+                marker = getattr(span, "marker", None)
+                planned = PlannedRange(start, end, "region", (rule.number,), span.message, gate, marker)
                 regions.append((start, -end, rule.number, span.depth, planned))
                 ranges_per_rule[rule.number] += 1
         elif rule.region is not None:
@@ -99,7 +117,11 @@ def make_plan(spec: CompiledSpec, view: TraceView) -> Plan:
             ranges_per_rule[rule.number] += bin(mask).count("1")
 
     regions.sort(key=lambda item: item[:4])
-    _check_nesting([item[4] for item in regions], spec, view)
+    stacks: dict[str | None, list[PlannedRange]] = {}
+    for item in regions:
+        stacks.setdefault(item[4].domain(domain), []).append(item[4])
+    for ranges in stacks.values():
+        _check_nesting(ranges, spec, view)
 
     gates = {rule.number: rule.gate for rule in spec.rules}
     op_ranges = []

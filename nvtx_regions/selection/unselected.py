@@ -18,7 +18,8 @@ from ..core.errors import NvtxRegionsWarning, SelectorError
 from .plan import Plan
 from ..attribution.traceview import TraceView
 from ..core.globs import class_matcher, path_matcher
-from ..language.tree import ClassIn, EachClass, EachModule, ModuleIn, OpIn, Proxy, Reads, Source, walk
+from .markers import crossing_fusions
+from ..language.tree import ClassIn, EachClass, EachMarker, EachModule, MarkerIn, ModuleIn, OpIn, Proxy, Reads, Source, walk
 
 __all__ = ["RuleTally", "op_hint"]
 
@@ -95,6 +96,8 @@ class RuleTally:
                 notes.extend(self._module_reasons(part))
             elif isinstance(part, Source):
                 notes.append(self._source_reason(part))
+            elif isinstance(part, (MarkerIn, EachMarker)):
+                notes.extend(self._marker_reasons(part))
             elif isinstance(part, Reads):
                 names = sorted({n for view in self.views for n in view.by_read})
                 for glob in part.globs:
@@ -141,6 +144,43 @@ class RuleTally:
                     f"{what} {glob!r} matches {', '.join(never[:3])}, but no op is attributed to it: its ops may be "
                     "fused with other modules' (a fusion belongs to the deepest module containing all its parts)"
                 )
+        return notes
+
+    def _marker_reasons(self, part: MarkerIn | EachMarker) -> list[str]:
+        pushed = []
+        for view in self.views:
+            log = view.marker_log
+            if log is not None:
+                pushed.extend(log.pushed)
+        if not pushed:
+            return [
+                "no marker was pushed in these traces: nvtx_regions records the model's own torch.cuda.nvtx, nvtx "
+                "and record_function markers while thunder traces, so import nvtx_regions.emission.transform (or "
+                "create the NvtxProfileTransform) before the first call; under ThunderFX torch.compile runs them "
+                "outside thunder"
+            ]
+        with_ops = {m for view in self.views for stack in view.marker_stacks for m in stack}
+        messages = sorted({m.message or "" for m in pushed})
+        notes = []
+        for glob in part.globs:
+            hits = [m for m in pushed if fnmatch.fnmatchcase(m.message or "", glob)]
+            if not hits:
+                notes.append(self._missing(f"marker {glob!r}", glob, messages))
+            elif not any(m in with_ops for m in hits):
+                fused = [
+                    f"#{p} {view.ops[p].name}" for view in self.views for m in hits for p in crossing_fusions(view, m)
+                ]
+                if fused:
+                    notes.append(
+                        f"marker {glob!r} matches {hits[0].message!r} ({hits[0].place}), whose ops are all inside "
+                        f"fusions that also hold ops outside it ({', '.join(fused[:3])}); a fusion stays outside "
+                        "a marker it crosses, as for module calls"
+                    )
+                else:
+                    notes.append(
+                        f"marker {glob!r} matches {hits[0].message!r} ({hits[0].place}), around which thunder "
+                        "recorded no op (nothing to time there)"
+                    )
         return notes
 
     def _source_reason(self, part: Source) -> str:
