@@ -1,4 +1,4 @@
-"""Spec text to spec tree: `parse` (text), `load` (a ``.nvtx`` file), `combine`.
+"""Spec text to spec tree: `parse` (text), `load` (a ``.nvtx`` file), `spec_from_arguments` (both, as a transform takes them).
 
 Every error in a spec's text is raised here, as `SelectorSyntaxError`, with the
 file, line, column and the line as written; `syntax_messages` words it. The
@@ -50,7 +50,7 @@ from .tree import (
     depth,
 )
 
-__all__ = ["parse", "parse_bytes", "load", "combine", "MAX_NESTING", "grammar_text", "grammar_resource"]
+__all__ = ["parse", "parse_bytes", "load", "spec_from_arguments", "MAX_NESTING", "grammar_text", "grammar_resource"]
 
 # How many levels deep a rule may nest (`tree.depth`). The passes over the tree
 # recurse (render takes about three Python frames a level); under pytest and a
@@ -359,7 +359,7 @@ def load(path: str | os.PathLike[str]) -> Spec:
     return parse_bytes(data, str(path))
 
 
-def combine(select: str | None, spec: str | os.PathLike[str] | None) -> Spec | None:
+def spec_from_arguments(select: str | None, spec: str | os.PathLike[str] | None) -> Spec | None:
     """The spec given as text and/or a ``.nvtx`` file: the file's rules first,
     then `select`'s, as if appended to the file. None when neither is given."""
     if select is None and spec is None:

@@ -21,14 +21,9 @@ from typing import Callable
 
 from ..attribution.traceview import TraceView
 from ..core.markers import Marker
+from ..core.naming import range_message
 
-__all__ = [
-    "MarkerSpan", "EachMarkerSelector", "BACKWARD_SUFFIX", "marker_mask", "marker_spans", "marker_message",
-    "crossing_fusions",
-]  # fmt: skip
-
-# What a backward range's message adds to its forward one (as for module calls).
-BACKWARD_SUFFIX = " (backward)"
+__all__ = ["MarkerSpan", "EachMarkerSelector", "marker_mask", "marker_spans", "marker_message", "crossing_fusions"]
 
 Matcher = Callable[[str], bool]
 
@@ -42,14 +37,14 @@ class MarkerSpan:
     first: int
     last: int
     positions: int  # bitset of the ops inside it
-    message: str | None  # the marker's message; in a backward trace with `BACKWARD_SUFFIX`
+    message: str | None  # the marker's message; in a backward trace with `naming.BACKWARD_SUFFIX`
 
 
 def marker_message(marker: Marker, phase: str) -> str | None:
-    """The range message of `marker` in a trace of `phase`."""
-    if phase == "backward":
-        return (marker.message or "") + BACKWARD_SUFFIX
-    return marker.message
+    """The range message of `marker` in a trace of `phase` (as for a module call's: `naming.range_message`)."""
+    if marker.message is None and phase == "forward":
+        return None
+    return range_message(marker.message or "", phase)
 
 
 def marker_mask(view: TraceView, matches: Matcher) -> int:
@@ -96,7 +91,6 @@ class EachMarkerSelector:
     phase: str | None  # None: forward and backward traces alike
     never: bool = False  # `and forward and backward`: no trace is both
     within: tuple[Callable[[TraceView], int], ...] = ()
-    by: str = "marker"
 
     def spans(self, view: TraceView) -> list[MarkerSpan]:
         """Each matching occurrence with ops in `view`, in order of its first op (outer first)."""
