@@ -31,17 +31,24 @@ of events in bounded memory. `load_chrome_trace` reads such a file back into
 from __future__ import annotations
 
 import json
+import math
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import IO, Any, Union
 
-from .events import NvtxEvent
+from ..core.errors import CaptureFileError
+from .events import NvtxEvent, int_or_none
 
 __all__ = [
+    "ChromeTraceWriter",
+    "CompleteEvent",
     "MarkRecord",
     "ProcessInfo",
     "RangeRecord",
+    "TraceInput",
+    "complete_events",
+    "event_domain",
     "iter_items",
     "load_chrome_trace",
     "to_chrome_trace",
@@ -280,39 +287,161 @@ def to_chrome_trace(source: Any) -> dict[str, Any]:
     return json.loads(buffer.getvalue())
 
 
-def load_chrome_trace(path: str | os.PathLike[str]) -> list[RangeRecord]:
+TraceInput = Union[str, "os.PathLike[str]", Mapping[str, Any], list]
+"""A Chrome trace: a file path, or its JSON already loaded (an object with ``traceEvents``, or a list of events)."""
+
+_FIX = "pass a file written by 'nvtx-regions capture -o FILE.json'"
+
+
+@dataclass(frozen=True)
+class CompleteEvent:
+    """One complete (``"ph": "X"``) event of a Chrome trace, its fields checked.
+
+    index: its position in ``traceEvents``. domain: ``args.domain`` if the
+    event has one, else its ``cat``, where ``"NVTX"`` (and no ``cat``) is
+    NVTX's default domain, None. ts_us: None when the event has no ``ts``.
+    event: the event as read (``pid`` and ``tid`` are not checked: other
+    producers, such as PyTorch's profiler, write strings there).
+    """
+
+    index: int
+    name: str
+    domain: str | None
+    dur_us: float
+    ts_us: float | None
+    args: Mapping[str, Any]
+    event: Mapping[str, Any]
+
+
+def event_domain(event: Mapping[str, Any], args: Mapping[str, Any]) -> str | None:
+    """The NVTX domain of a trace event: ``args.domain`` if present, else its ``cat`` (``"NVTX"``: None)."""
+    if "domain" in args:
+        return args["domain"]
+    cat = event.get("cat")
+    return None if cat in (None, DEFAULT_DOMAIN_CAT) else cat
+
+
+def trace_events(source: TraceInput) -> tuple[str, list[Any]]:
+    """(the name to show in messages, the event list) of a Chrome trace; raises `CaptureFileError`."""
+    where = _where(source)
+    if isinstance(source, (str, os.PathLike)):
+        try:
+            with open(where, encoding="utf-8") as stream:
+                data = json.load(stream)
+        except OSError as error:
+            raise CaptureFileError(f"{where}: cannot read the capture file: {error.strerror or error}") from None
+        except RecursionError:
+            raise CaptureFileError(f"{where}: JSON nested too deeply to be a Chrome trace; {_FIX}") from None
+        except (UnicodeDecodeError, ValueError) as error:  # JSONDecodeError, and int() limits, are ValueErrors
+            raise CaptureFileError(f"{where}: not JSON ({error}); {_FIX}") from None
+    else:
+        data = source
+    events = data.get("traceEvents") if isinstance(data, Mapping) else data
+    if not isinstance(events, list):
+        raise CaptureFileError(
+            f"{where}: not a Chrome trace (expected a 'traceEvents' list or a list of events); {_FIX}"
+        )
+    return where, events
+
+
+def _where(source: TraceInput) -> str:
+    return os.fspath(source) if isinstance(source, (str, os.PathLike)) else "<trace>"
+
+
+def _number(value: Any) -> bool:
+    """A finite JSON number (not a bool) that fits a float."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int beyond float's range
+        return False
+
+
+def complete_events(source: TraceInput) -> Iterator[CompleteEvent]:
+    """The complete (``"ph": "X"``) events of a Chrome trace, in file order, each checked.
+
+    Events of other phases (metadata, instants, begin/end pairs) are not
+    ranges and are passed over. Raises `CaptureFileError`, naming the file
+    and the event's index, for an event that is not a JSON object, or a
+    complete event without a string ``name``, with a ``dur`` that is not a
+    finite number >= 0, or with ``args``, ``args.domain``, ``cat`` or ``ts``
+    of the wrong type.
+    """
+    where, events = trace_events(source)
+    for index, event in enumerate(events):
+
+        def bad(what: str) -> CaptureFileError:
+            return CaptureFileError(f"{where}: event {index}: {what}; {_FIX}")
+
+        if not isinstance(event, Mapping):
+            raise bad(f"{_short(event)} is not a JSON object")
+        if event.get("ph") != "X":
+            continue
+        name, dur, args = event.get("name"), event.get("dur"), event.get("args")
+        if not isinstance(name, str):
+            raise bad("a complete event ('ph': 'X') needs a string 'name'" + ("" if name is None else f", not {_short(name)}"))
+        if dur is None:
+            raise bad(f"complete event {name!r} has no 'dur' (its duration in microseconds)")
+        if not _number(dur) or dur < 0:
+            raise bad(f"complete event {name!r} has 'dur' {_short(dur)}, not a duration in microseconds (a number >= 0)")
+        if args is None:
+            args = {}
+        elif not isinstance(args, Mapping):
+            raise bad(f"complete event {name!r} has 'args' {_short(args)}, not a JSON object")
+        if not isinstance(args.get("domain"), (str, type(None))):
+            raise bad(f"complete event {name!r} has 'args.domain' {_short(args['domain'])}, not a string or null")
+        if not isinstance(event.get("cat"), (str, type(None))):
+            raise bad(f"complete event {name!r} has 'cat' {_short(event['cat'])}, not a string")
+        ts = event.get("ts")
+        if ts is not None and not _number(ts):
+            raise bad(f"complete event {name!r} has 'ts' {_short(ts)}, not a time in microseconds")
+        yield CompleteEvent(index, name, event_domain(event, args), float(dur), None if ts is None else float(ts), args, event)
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, allow_nan=True) if not isinstance(value, (Mapping, list)) else type(value).__name__
+    text = {"dict": "an object", "list": "a list"}.get(text, text)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def load_chrome_trace(source: TraceInput) -> list[RangeRecord]:
     """The ranges of a Chrome trace written by this module, as `RangeRecord` items.
 
     Only complete (``ph: "X"``) events are ranges; times come back in whole
     nanoseconds (the file keeps microseconds to 3 decimals). Events of other
-    producers load too: without ``args.domain`` the ``cat`` is the domain.
+    producers load too: without ``args.domain`` the ``cat`` is the domain
+    (``"NVTX"``: the default domain, None), as `nvtx_regions.compare.load_ranges`
+    reads it. Raises `CaptureFileError` for a file that is not such a trace.
     """
-    with open(path, encoding="utf-8") as f:
-        data = json.load(f)
-    events = data["traceEvents"] if isinstance(data, dict) else data
     out = []
-    for ev in events:
-        if ev.get("ph") != "X":
-            continue
-        args = ev.get("args") or {}
-        domain = args["domain"] if "domain" in args else ev.get("cat")
+    for ev in complete_events(source):
+        if ev.ts_us is None:
+            raise CaptureFileError(f"{_where(source)}: event {ev.index}: complete event {ev.name!r} has no 'ts'; {_FIX}")
+        pid, tid = ev.event.get("pid", 0), ev.event.get("tid", 0)
+        if not all(isinstance(n, int) and not isinstance(n, bool) for n in (pid, tid)):
+            raise CaptureFileError(
+                f"{_where(source)}: event {ev.index}: complete event {ev.name!r} needs integer 'pid' and 'tid' "
+                f"(not {_short(pid)}, {_short(tid)}); {_FIX}"
+            )
+        args = ev.args
         category = args.get("nvtx_category")
         color = args.get("color")
-        start = round(float(ev["ts"]) * 1000)
+        start = round(ev.ts_us * 1000)
         out.append(
             RangeRecord(
-                pid=int(ev.get("pid", 0)),
-                tid=int(ev.get("tid", 0)),
-                domain=domain,
-                message=ev.get("name"),
+                pid=pid,
+                tid=tid,
+                domain=ev.domain,
+                message=ev.name,
                 start_ns=start,
-                end_ns=start + round(float(ev.get("dur", 0)) * 1000),
-                depth=int(args.get("depth", 0)),
+                end_ns=start + round(ev.dur_us * 1000),
+                depth=int_or_none(args.get("depth")) or 0,
                 style=args.get("style", "PushPop"),
                 color=int(color[1:], 16) if isinstance(color, str) and color.startswith("#") else None,
                 category=category if isinstance(category, int) else None,
                 category_name=category if isinstance(category, str) else None,
-                rank=args.get("rank"),
+                rank=int_or_none(args.get("rank")),
                 unclosed=bool(args.get("unclosed", False)),
             )
         )
