@@ -9,6 +9,7 @@ the same line in the same order of calls.
 
 from __future__ import annotations
 
+import sys
 import threading
 import warnings
 
@@ -689,3 +690,38 @@ def test_eager_annotate_adds_nothing_for_marker_rules(nvtx_capture):
         with nvtx_capture() as annotated:
             model(x)
     assert _nvtx_calls(annotated) == _nvtx_calls(plain) and handle.messages == []
+
+
+def test_compare_lines_markers_up_row_by_row(nvtx_capture, tmp_path):
+    """The same spec on both sides: `annotate()` adds nothing, the transform re-emits; `nvtx-regions compare`
+    then finds every marker the same number of times in each capture."""
+    import subprocess
+
+    from nvtx_regions.compare import compare, write_chrome_trace
+    from nvtx_regions.eager import annotate
+
+    spec = "each marker <*> and forward"
+    model, x = make_toy(), toy_input()
+    jitted = thunder.jit(make_toy(), transforms=[NvtxProfileTransform(spec)])
+    jitted(x)  # compile outside the capture
+    with annotate(model, spec), nvtx_capture() as eager:
+        for _ in range(3):
+            model(x)
+    with nvtx_capture() as compiled:
+        for _ in range(3):
+            jitted(x)
+    write_chrome_trace(tmp_path / "eager.json", eager)
+    write_chrome_trace(tmp_path / "thunder.json", compiled)
+    rows = compare(tmp_path / "eager.json", tmp_path / "thunder.json")
+    assert {row.name for row in rows} == {"layer0", "layer1", "attn0", "attn1", "mlp", "inner", "project"}
+    assert all(row.count_a == row.count_b > 0 for row in rows), rows
+    cli = subprocess.run(
+        [sys.executable, "-m", "nvtx_regions", "compare", str(tmp_path / "eager.json"), str(tmp_path / "thunder.json")],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert cli.returncode == 0, cli.stderr
+    table = [line.split()[:3] for line in cli.stdout.splitlines()[1:]]
+    assert table == [[row.name, str(row.count_a), str(row.count_b)] for row in rows]
+    assert dict((name, int(n)) for name, n, _ in table) == {
+        "layer0": 3, "attn0": 3, "mlp": 6, "inner": 6, "project": 6, "layer1": 3, "attn1": 3,
+    }  # fmt: skip
