@@ -1,10 +1,14 @@
-"""The user's own NVTX markers, recorded while thunder traces (issue 15).
+"""The user's own NVTX markers (issue 15): recorded while thunder traces, and
+re-emitted by ``each marker <...>``.
 
-The reference is eager PyTorch under the NVTX capture tool: a
+Recording: the reference is eager PyTorch under the NVTX capture tool: a
 `TorchFunctionMode` drops an NVTX mark at every torch call, naming the line
 that made it, and the real push/pop/mark events say which markers were open
 there. Each op of thunder's forward trace must carry the markers open around
 the same line in the same order of calls.
+
+Re-emission: the NVTX calls a thunder run really makes (captured) must equal
+eager's, call for call, in the forward.
 """
 
 from __future__ import annotations

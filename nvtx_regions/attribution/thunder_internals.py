@@ -459,6 +459,8 @@ def _marker_log() -> MarkerLog | None:
 
     thunder 0.2.6: ``thunder.core.jit_ext.get_jit_ctx()._computation_trace``
     is the trace whose ``set_current_source_location`` `_attributed` wraps.
+    Without it the pushes and pops could not be matched to the ops recorded
+    between them.
     """
     from thunder.core.jit_ext import get_jit_ctx
 
@@ -481,6 +483,8 @@ def _user_line() -> tuple[str, int] | None:
 
     thunder 0.2.6: ``get_interpreterruntimectx().frame_stack`` holds the
     interpreted frames, innermost last, each with ``code`` and ``positions``.
+    Without it a marker's warnings and `Marker.where` would name torch's
+    ``nvtx.py`` or nvtx's ``nvtx.py`` instead of the user's line.
     """
     from thunder.core.interpreter import get_interpreterruntimectx
 
