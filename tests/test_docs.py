@@ -76,7 +76,7 @@ ALIAS_NODES = {
     "backward_of": T.BackwardOf, "all": T.All, "rank_in": T.RankIn, "steps": T.Steps, "proxy": T.Proxy,
     "first": T.First, "last": T.Last, "not_expr": T.Not, "or_expr": T.Or, "and_expr": T.And, "label": "label",
     "module_in": T.ModuleIn, "class_in": T.ClassIn, "each_module": T.EachModule, "each_class": T.EachClass,
-    "source": T.Source,
+    "source": T.Source, "marker_in": T.MarkerIn, "each_marker": T.EachMarker,
 }  # fmt: skip
 
 

@@ -85,6 +85,8 @@ _leaves = st.one_of(
     _globs.map(T.ClassIn),
     _globs.map(T.EachModule),
     _globs.map(T.EachClass),
+    _globs.map(T.MarkerIn),
+    _globs.map(T.EachMarker),
     st.tuples(_text, st.integers(1, 999), st.integers(0, 99)).map(lambda t: T.Source(t[0], t[1], t[1] + t[2])),
 )
 

@@ -41,7 +41,7 @@ def test_installed_syntax():
     found = syntax()
     assert found.rule_starts == (
         "not", "op", "reads", "between", "forward", "backward", "all", "rank", "steps", "module", "class",
-        "each", "source",
+        "each", "marker", "source",
     )  # fmt: skip
     assert {"in", "of", "first", "last", "and", "or"} <= found.keywords
     assert set(found.rule_starts) <= found.keywords

@@ -13,7 +13,8 @@ the grad transform's forward part, executors, fusions) copy that attribute
 along, so the final forward trace still holds it. `install_module_recorder`
 wraps that method so that the filename it stores is an `AttributedFilename`:
 a ``str``, equal to the real filename, that also carries the module calls on
-the interpreter's frame stack at that moment.
+the interpreter's frame stack at that moment, and the user's own NVTX markers
+open then (see "User markers" at the end).
 """
 
 from __future__ import annotations
@@ -23,24 +24,32 @@ import re
 import sys
 import threading
 import types
+import warnings
 import weakref
 from typing import Any, Callable, NamedTuple
 
 from ..core.calls import Chain, ModuleCall, common_chain
+from ..core.errors import NvtxRegionsWarning
+from ..core.markers import RECORD_FUNCTION, Marker, MarkerLog, MarkerStack, UnmatchedPop, common_markers
 
 __all__ = [
     "AttributedFilename", "install_module_recorder", "recorded_chain", "recorded_classes",
     "is_thunderfx_subgraph", "backward_follows", "ignored_jit_keyword",
     "AutogradInternals", "autograd_internals", "full_backward_hook_flag", "restore_full_backward_hook_flag",
     "bind_with_globals",
+    "recorded_markers", "recorded_marker_log",
 ]  # fmt: skip
 
 
 class AttributedFilename(str):
-    """A source filename that remembers the module calls running when the op was recorded."""
+    """A source filename that remembers the module calls running, and the user's
+    markers open, when the op was recorded."""
 
-    calls: Chain
-    classes: dict[str, str]  # path -> class name, for every module of the root
+    calls: Chain | None = None
+    classes: dict[str, str] | None = None  # path -> class name, for every module of the root
+    markers: MarkerStack = ()  # the user's markers open, in push order (see "User markers" below)
+    marker_log: MarkerLog | None = None  # shared by every op of the traced function
+    seq: int = -1  # the op's place in record order (`MarkerLog.recorded` before it)
 
     def __reduce__(self):  # pickles (thunder's reproducers) as the plain filename
         return (str, (str(self),))
@@ -73,24 +82,25 @@ def install_module_recorder() -> None:
         def set_current_source_location(self, filename, positions):
             if filename is not None:
                 try:
-                    filename = _attributed(filename)
+                    filename = _attributed(filename, self)
                 except Exception:  # never break thunder's tracing over a profiling annotation
                     pass
             return original(self, filename, positions)
 
         set_current_source_location.__wrapped__ = original  # type: ignore[attr-defined]
         TraceCtx.set_current_source_location = set_current_source_location
+        _install_marker_recorder()
         _installed = True
 
 
-def _attributed(filename: str) -> str:
+def _attributed(filename: str, trace: Any) -> str:
     calls = _module_calls()
-    if calls is None:
-        return filename
-    chain, classes = calls
+    log = _log_of(trace)
     tagged = AttributedFilename(filename)
-    tagged.calls = chain
-    tagged.classes = classes
+    if calls is not None:
+        tagged.calls, tagged.classes = calls
+    tagged.markers, tagged.marker_log, tagged.seq = log.open, log, log.recorded
+    log.recorded += 1
     return tagged
 
 
@@ -361,3 +371,320 @@ def bind_with_globals(symbol: Any, args: tuple, call_globals: dict[str, Any]) ->
     from thunder.core.symbol import BoundSymbol
 
     return BoundSymbol(symbol, args=args, kwargs={}, output=None, _call_ctx=call_globals)
+
+
+# -- User markers (issue 15) --------------------------------------------------
+#
+# The model's own NVTX calls (`core.markers`). While thunder interprets the
+# model, each NVTX push or pop API below is diverted by an interpreter
+# lookaside: instead of calling NVTX (nothing is pushed at trace time), it
+# updates the traced function's `MarkerLog`, kept on the computation trace
+# being recorded. `_attributed` then stores the markers open on each op's
+# `AttributedFilename`, next to its module calls, and thunder's passes carry
+# them along with the filename. Emitting them at run time is the transform's
+# business.
+
+_MARKER_LOG = "_nvtx_regions_markers"
+_occurrences = itertools.count(1)
+_warned: set[tuple[str, Any]] = set()
+# Files whose frames are never "the user's line": the marker APIs and the machinery around them.
+_LIBRARY_FILES: tuple[str, ...] = ()
+
+
+def _install_marker_recorder() -> None:
+    """Divert the marker APIs while thunder traces (called once, by `install_module_recorder`).
+
+    thunder 0.2.6: ``thunder.core.jit_ext._general_jit_lookaside_map`` maps a
+    callable to its lookaside; ``general_jit_lookaside`` consults it for every
+    call the interpreter makes (bound methods are unbound first, so
+    ``record_function.__enter__`` is looked up as the plain function), and
+    ``interpreter_needs_wrap`` makes a plain Python function a lookaside that
+    takes and returns unwrapped values. Checked with torch 2.11:
+    ``torch.cuda.nvtx.range_push``/``range_pop``/``range`` call
+    ``torch._C._nvtx.rangePushA``/``rangePop``; nvtx 0.2.17: ``nvtx.annotate``
+    (context manager and decorator) and ``nvtx.push_range``/``pop_range``
+    call ``nvtx._lib.lib.push_range(attributes, domain_handle)``/
+    ``pop_range(domain_handle)``; torch 2.11 ``record_function.__enter__``
+    calls ``torch.ops.profiler._record_function_enter_new``, an op thunder
+    does not know.
+    Without these: the NVTX forms run once, while thunder traces, pushing
+    ranges unrelated to the run, and are then gone from every call;
+    ``record_function`` makes ``thunder.jit`` fail with
+    ``_record_function_enter_new is not registered``; and no op knows its markers.
+    """
+    global _LIBRARY_FILES
+    import contextlib
+    import os
+
+    import thunder
+    import torch
+    from thunder.core.interpreter import interpreter_needs_wrap
+    from thunder.core.jit_ext import _general_jit_lookaside_map
+
+    libraries = [torch, thunder, contextlib]
+    diverted: dict[Any, Any] = {
+        torch._C._nvtx.rangePushA: _torch_range_push,
+        torch._C._nvtx.rangePop: _torch_range_pop,
+        torch.autograd.profiler.record_function.__enter__: _record_function_enter,
+        torch.autograd.profiler.record_function.__exit__: _record_function_exit,
+    }
+    try:
+        import nvtx
+        import nvtx._lib.lib as nvtx_lib
+    except ImportError:  # the nvtx package is optional for the torch forms
+        pass
+    else:
+        libraries.append(nvtx)
+        diverted[nvtx_lib.push_range] = _nvtx_push_range
+        diverted[nvtx_lib.pop_range] = _nvtx_pop_range
+    _LIBRARY_FILES = tuple(os.path.dirname(m.__file__) + os.sep for m in libraries if m is not contextlib)
+    _LIBRARY_FILES += (contextlib.__file__, os.path.dirname(os.path.dirname(__file__)) + os.sep)
+    for api, recorder in diverted.items():
+        _general_jit_lookaside_map[api] = interpreter_needs_wrap(_diverted(api, recorder))
+    _install_thunderfx_marker_warning()
+
+
+def _diverted(api: Any, recorder: Any) -> Any:
+    """A lookaside that records into the traced function's log, or calls `api` outside thunder.jit."""
+
+    def lookaside(*args: Any) -> Any:
+        log = _marker_log()
+        return api(*args) if log is None else recorder(log, *args)
+
+    return lookaside
+
+
+def _marker_log() -> MarkerLog | None:
+    """The log of the function thunder is tracing now; None outside thunder.jit.
+
+    thunder 0.2.6: ``thunder.core.jit_ext.get_jit_ctx()._computation_trace``
+    is the trace whose ``set_current_source_location`` `_attributed` wraps.
+    Without it the pushes and pops could not be matched to the ops recorded
+    between them.
+    """
+    from thunder.core.jit_ext import get_jit_ctx
+
+    try:
+        trace = get_jit_ctx()._computation_trace
+    except (LookupError, AttributeError):  # the interpreter without thunder.jit: no trace to record into
+        return None
+    return _log_of(trace)
+
+
+def _log_of(trace: Any) -> MarkerLog:
+    log = trace.__dict__.get(_MARKER_LOG)
+    if log is None:
+        log = trace.__dict__[_MARKER_LOG] = MarkerLog()
+    return log
+
+
+def _user_line() -> tuple[str, int] | None:
+    """The innermost (filename, line) on thunder's interpreter frame stack outside torch, nvtx, thunder and contextlib.
+
+    thunder 0.2.6: ``get_interpreterruntimectx().frame_stack`` holds the
+    interpreted frames, innermost last, each with ``code`` and ``positions``.
+    Without it a marker's warnings and `Marker.where` would name torch's
+    ``nvtx.py`` or nvtx's ``nvtx.py`` instead of the user's line.
+    """
+    from thunder.core.interpreter import get_interpreterruntimectx
+
+    for frame in reversed(get_interpreterruntimectx().frame_stack):
+        filename = frame.code.co_filename
+        if filename.startswith(_LIBRARY_FILES) or filename.startswith("<"):
+            continue
+        positions = getattr(frame, "positions", None)
+        line = getattr(positions, "lineno", None) or frame.code.co_firstlineno
+        return filename, line
+    return None
+
+
+# thunder 0.2.6 formats a number proxy as its repr, e.g.
+# ``[IntegerProxy name=i1, value=3, static=CONSTRAINT.CONSTRAINABLE]``, so an
+# f-string message built from a value that is symbolic under
+# ``cache="symbolic values"`` holds that text. Without this, the first call's
+# value (or the repr) would be frozen into every later call's message.
+_NUMBER_PROXY = re.compile(r"\[(?:Integer|Float|Complex|Number)Proxy name=(\w+), value=[^,\]]*, static=CONSTRAINT\.\w+\]")
+
+
+def _concrete(message: Any) -> tuple[str | None, tuple[str, ...]]:
+    """(message, names of symbolic values in it): each symbolic value shown as ``<name>``."""
+    if message is None:
+        return None, ()
+    name = getattr(message, "name", None)
+    if not isinstance(message, str) and isinstance(name, str) and type(message).__name__.endswith("Proxy"):
+        return f"<{name}>", (name,)
+    message = str(message)
+    names = tuple(_NUMBER_PROXY.findall(message))
+    return (_NUMBER_PROXY.sub(lambda m: f"<{m.group(1)}>", message), names) if names else (message, ())
+
+
+def _warn_once(kind: str, where: tuple[str, int] | None, text: str) -> None:
+    """Warn at the user's line, once per (kind, line) per process."""
+    if (kind, where) in _warned:
+        return
+    _warned.add((kind, where))
+    filename, line = where or ("<unknown>", 0)
+    warnings.warn_explicit(text, NvtxRegionsWarning, filename, line)
+
+
+def _push(log: MarkerLog, form: str, domain: str | None, message: Any, color: int | None) -> int:
+    """Record a push; the depth NVTX would return (0-based level opened on its stack in this trace)."""
+    where = _user_line()
+    message, symbolic = _concrete(message)
+    marker = Marker(domain, message, color, form, next(_occurrences), where, symbolic)  # type: ignore[arg-type]
+    if symbolic:
+        _warn_once(
+            "symbolic",
+            where,
+            f"the NVTX message {message!r} is built from {', '.join(symbolic)}, which changes between calls "
+            f"under cache='symbolic values'; nvtx_regions shows it as {message!r} rather than freeze the first "
+            f"call's value (format a value that is constant per compilation, or use cache='constant values')",
+        )
+    stack = log.stacks.setdefault(marker.stack_key, [])
+    stack.append(marker)
+    log.pushed.append(marker)
+    return len(stack) - 1
+
+
+def _pop(log: MarkerLog, key: tuple[str, str | None], api: str) -> int:
+    """Record a pop on the stack `key`; the depth NVTX would return (-1: nothing open)."""
+    stack = log.stacks.get(key)
+    if stack:
+        stack.pop()
+        return len(stack)
+    where = _user_line()
+    log.unmatched.append(UnmatchedPop(key, where, log.recorded))
+    _warn_once(
+        "unmatched",
+        where,
+        f"{api} closes a range that the compiled function did not open (its caller did, or nothing did); "
+        f"thunder does not run this pop, so that range is not closed here",
+    )
+    return -1
+
+
+def _torch_range_push(log: MarkerLog, message: Any) -> int:
+    return _push(log, "torch.cuda.nvtx", None, message, None)
+
+
+def _torch_range_pop(log: MarkerLog) -> int:
+    return _pop(log, ("nvtx", None), "torch.cuda.nvtx.range_pop")
+
+
+def _domain_name(handle: Any) -> str | None:
+    # nvtx 0.2.17: DomainHandle.name is "" for the default domain (a NULL handle).
+    return getattr(handle, "name", None) or None
+
+
+def _nvtx_push_range(log: MarkerLog, attributes: Any, handle: Any) -> None:
+    from nvtx._lib.lib import color_to_hex
+
+    # nvtx 0.2.17: EventAttributes.message is a RegisteredString (its text in
+    # `.string`) or None; `.color` is what the user gave, pushed as color_to_hex(color).
+    message = getattr(attributes.message, "string", attributes.message)
+    _push(log, "nvtx", _domain_name(handle), message, color_to_hex(attributes.color))
+
+
+def _nvtx_pop_range(log: MarkerLog, handle: Any) -> None:
+    _pop(log, ("nvtx", _domain_name(handle)), "nvtx.pop_range")
+
+
+def _record_function_enter(log: MarkerLog, self: Any) -> Any:
+    _push(log, RECORD_FUNCTION, None, self.name, None)
+    return self
+
+
+def _record_function_exit(log: MarkerLog, self: Any, *exc_info: Any) -> None:
+    _pop(log, ("record_function", None), "record_function")
+
+
+def recorded_markers(bsym: Any) -> MarkerStack | None:
+    """The user's markers open when a bound symbol was recorded, in push order
+    (for a fusion: those open around all its parts); None if it has no record."""
+    filename = getattr(bsym, "source_filename", None)
+    if isinstance(filename, AttributedFilename) and not getattr(bsym.sym, "is_fusion", False):
+        return filename.markers
+    parts = [recorded_markers(sub) for sub in getattr(bsym, "subsymbols", ())]
+    if isinstance(filename, AttributedFilename):
+        parts.append(filename.markers)
+    return common_markers(parts)
+
+
+def recorded_marker_log(bsym: Any) -> MarkerLog | None:
+    """The `MarkerLog` of the function a bound symbol (or one of its parts) was recorded in; None if it has no record."""
+    filename = getattr(bsym, "source_filename", None)
+    if isinstance(filename, AttributedFilename) and filename.marker_log is not None:
+        return filename.marker_log
+    for sub in getattr(bsym, "subsymbols", ()):
+        found = recorded_marker_log(sub)
+        if found is not None:
+            return found
+    return None
+
+
+def _install_thunderfx_marker_warning() -> None:
+    """Warn once per marker when torch.compile breaks its graph at a user's NVTX marker.
+
+    Checked on torch 2.11 and thunder 0.2.6. Dynamo cannot put a marker in
+    its graph: ``range_push``/``range_pop`` return an int ("torch.* op
+    returned non-Tensor"), and nvtx's ``push_range``/``pop_range`` are Cython
+    functions it cannot trace. It breaks the graph there and runs the marker
+    eagerly; a ``with`` block whose ``__enter__`` breaks runs, with the rest of
+    the function, without any compiler. Dynamo sets
+    ``GraphModule.compile_subgraph_reason`` (``graph_break``, ``reason``,
+    ``user_stack``) on each graph it hands a backend, and ThunderFX's backend
+    is ``thunder.dynamo.compiler.ThunderCompiler.__call__(gm, sample_args)``.
+    Without this, the only sign is a model that thunder compiles in pieces,
+    or not at all.
+    """
+    try:
+        from thunder.dynamo.compiler import ThunderCompiler
+    except ImportError:  # a thunder without ThunderFX
+        return
+    original = ThunderCompiler.__call__
+
+    def __call__(self, gm, sample_args):
+        try:
+            _warn_marker_break(getattr(gm, "compile_subgraph_reason", None))
+        except Exception:  # never break compilation over a profiling hint
+            pass
+        return original(self, gm, sample_args)
+
+    __call__.__wrapped__ = original  # type: ignore[attr-defined]
+    ThunderCompiler.__call__ = __call__
+
+
+# torch 2.11 dynamo's reason for a torch.cuda.nvtx call (it names the function, not its module).
+_TORCH_NVTX_BREAK = re.compile(r"torch\.\* op returned non-Tensor[\s\S]*target: <function (range_push|range_pop|range|mark|range_start|range_end) at")
+
+
+def _warn_marker_break(reason: Any) -> None:
+    import linecache
+    import os
+
+    if reason is None or not getattr(reason, "graph_break", False):
+        return
+    stack = list(getattr(reason, "user_stack", None) or ())
+    text = str(getattr(reason, "reason", ""))
+    nvtx_dir = next((d for d in _LIBRARY_FILES if d.rstrip(os.sep).endswith(os.sep + "nvtx")), None)
+    in_nvtx = nvtx_dir is not None and any(frame.filename.startswith(nvtx_dir) for frame in stack)
+    in_torch_nvtx = bool(_TORCH_NVTX_BREAK.search(text)) or any(
+        frame.filename.endswith(os.path.join("torch", "cuda", "nvtx.py")) for frame in stack
+    )
+    user = next((f for f in reversed(stack) if not f.filename.startswith(_LIBRARY_FILES)), None)
+    if not (in_nvtx or in_torch_nvtx) or user is None:  # no user's line: the break inside nvtx's own wrapper
+        return
+    # The pop's own break: the push's warning has said it all, once per marker.
+    if "<function range_pop at" in text or any(f.name in ("pop_range", "__exit__") for f in stack if f is not user):
+        return
+    where = (user.filename, user.lineno)
+    code = linecache.getline(*where).strip() or "an NVTX marker"
+    api = "nvtx" if in_nvtx else "torch.cuda.nvtx"
+    _warn_once(
+        "thunderfx",
+        where,
+        f"torch.compile breaks the graph at the NVTX marker `{code}` ({api}): under ThunderFX it runs eagerly "
+        f"between thunder's subgraphs, and a `with` block it opens runs, with the rest of the function, without "
+        f"thunder; nvtx_regions cannot see or re-emit it (see the README, 'Your own NVTX markers'). "
+        f"Use thunder.jit to keep the model in one thunder trace.",
+    )

@@ -14,8 +14,9 @@ from typing import Any, Iterable, Literal, Sequence
 
 from ..core.bits import bit_positions
 from ..core.calls import common_chain
+from ..core.markers import MarkerLog, MarkerStack, common_markers
 from .module_calls import backward_origins, forward_chains
-from .thunder_internals import recorded_chain, recorded_classes
+from .thunder_internals import recorded_chain, recorded_classes, recorded_marker_log, recorded_markers
 
 Phase = Literal["forward", "backward"]
 
@@ -208,6 +209,37 @@ class TraceView:
                 if found is not None:
                     return found
         return {}
+
+    # -- the user's markers ------------------------------------------------
+
+    @functools.cached_property
+    def marker_stacks(self) -> list[MarkerStack]:
+        """Per op: the user's NVTX markers open around it (`core.markers`), in push order; () for none.
+
+        Forward: as recorded (a fusion: the markers open around all its
+        parts; an op with no record: none). Backward: the markers open around
+        all its forward origins, the rule `module_chains` uses.
+        """
+        if self.phase == "forward":
+            return [(recorded_markers(op.bsym) or ()) if op.bsym is not None else () for op in self.ops]
+        if self.forward is None:
+            return [()] * len(self.ops)
+        stacks = self.forward.marker_stacks
+        return [
+            () if mask is None else common_markers(stacks[p] for p in bit_positions(mask)) or ()
+            for mask in self.origins
+        ]
+
+    @functools.cached_property
+    def marker_log(self) -> MarkerLog | None:
+        """What the traced function did with markers (for a backward trace: its forward's); None if it pushed none."""
+        view = self if self.phase == "forward" or self.forward is None else self.forward
+        for op in view.ops:
+            if op.bsym is not None:
+                found = recorded_marker_log(op.bsym)
+                if found is not None:
+                    return found if found.pushed or found.unmatched else None
+        return None
 
     @functools.cached_property
     def source_lines(self) -> list[tuple[tuple[str, int], ...]]:

@@ -16,7 +16,9 @@ Supported rules: ``each module <...>`` and ``each class <...>``, joined with
 (only modules at or below a matching path in ``model.named_modules()``) and
 to the run-time gates ``rank in <...>`` and ``steps a..b``. A step is one call
 of the root model's ``forward`` (from 0) and the backward that follows it.
-Rules that select ops of a trace raise `SelectorError` here.
+Rules that select ops of a trace raise `SelectorError` here. An
+``each marker <...>`` rule adds nothing: the model's own markers run in eager
+as written, which is what the thunder side re-emits.
 
 How the ranges are made, and the promises that follow:
 - forward: a forward pre-hook pushes, a forward hook registered with

@@ -5,7 +5,9 @@ Only module rules have an eager meaning: ``each module <...>`` and ``each class
 <...>``, joined with ``and`` to ``forward`` / ``backward``, to ``module <...>``
 / ``class <...>`` (a scope: the module or one above it matches) and to the
 run-time gates. The gate and the ``each`` selector come from `compile_spec`,
-as on the thunder side, so both sides read a rule the same way.
+as on the thunder side, so both sides read a rule the same way. An
+``each marker <...>`` rule gives no eager rule: in eager PyTorch the model's
+own markers run as written, which is what the thunder side re-emits.
 """
 
 from __future__ import annotations
@@ -86,6 +88,12 @@ class _EagerPart(Visitor):
     def visit_All(self, node: object) -> str:
         return _TraceOnly("selects every trace op")
 
+    def visit_MarkerIn(self, node: object) -> str:
+        return _TraceOnly("selects trace ops by the user's NVTX markers around them")
+
+    def visit_EachMarker(self, node: object) -> str:
+        return "marker"
+
     def _each(self, node: object) -> str:
         return "each"
 
@@ -117,7 +125,8 @@ def _scope(expr: ModuleIn | ClassIn) -> Callable[[Above], bool]:
     return lambda above: any(matches(cls) for _, cls in above)
 
 
-def _eager_rule(rule: Rule, number: int, filename: str) -> EagerRule:
+def _eager_rule(rule: Rule, number: int, filename: str) -> EagerRule | None:
+    """The eager form of `rule`; None for an ``each marker`` rule (the markers already run in eager)."""
     describe = rule.describe(filename)
     for expr in walk(rule.expr):
         part = _PART.visit(expr)
@@ -133,6 +142,9 @@ def _eager_rule(rule: Rule, number: int, filename: str) -> EagerRule:
                 f"{describe}: {render(expr)!r}: eager rules cannot use 'not' or 'or'; {SUPPORTED}. "
                 "Write one rule per alternative"
             )
+    if any(part == "marker" for _, part in found):
+        compile_spec(Spec((rule,), filename=filename))  # its errors, as on the thunder side
+        return None
     eaches = [expr for expr, part in found if part == "each"]
     scopes = [expr for expr, part in found if part == "scope"]
     if not eaches:
@@ -162,7 +174,8 @@ def _eager_rule(rule: Rule, number: int, filename: str) -> EagerRule:
 
 def eager_rules(spec: Spec) -> list[EagerRule]:
     """Check that every rule has an eager meaning and compile it. Raises `SelectorError` naming the rule."""
-    return [_eager_rule(rule, number, spec.filename) for number, rule in enumerate(spec.rules)]
+    found = (_eager_rule(rule, number, spec.filename) for number, rule in enumerate(spec.rules))
+    return [rule for rule in found if rule is not None]
 
 
 def modules_above(path: str, classes: dict[str, str]) -> Above:

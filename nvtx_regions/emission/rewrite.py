@@ -22,6 +22,7 @@ from thunder.core.symbol import BoundSymbol, Symbol
 from thunder.core.trace import TraceCtx, from_trace
 
 from ..attribution.thunder_internals import bind_with_globals
+from ..core.markers import RECORD_FUNCTION
 from ..core.naming import rule_category, rule_color
 from ..selection.compile import CompiledSpec
 from ..selection.plan import Plan
@@ -54,29 +55,35 @@ def annotate_trace(
     compiled: CompiledSpec,
     domain: Domain,
     op_message: Callable[[int, BoundSymbol], str],
+    domain_of: Callable[[Any], Domain] | None = None,
 ) -> tuple[TraceCtx, list[tuple[int, str]]]:
     """`trace` with the ranges of `plan` (which must not be empty), and the
-    (depth, message) of each range in push order.
+    (depth, message) of each range in push order (depth within its NVTX domain).
 
     `op_message(index, bsym)` is the message of a per-op range around bound symbol `index`.
+    `domain` is the transform's own domain; `domain_of(name)` gives the `Domain` of a user's
+    marker's domain, for the ranges of ``each marker`` rules, which carry the user's
+    message and colour and no category.
     """
     serial = next_serial()
     prefix = f"nvtx_regions_{serial}"
+    # One group per (gate, domain): its push and pop globals, and the global holding its domain argument.
     groups: dict[Any, RangesUnderGate] = {}
+    domain_globals: dict[Any, str] = {}
     for planned in plan.ranges:
-        if planned.gate not in groups:
+        name = planned.domain(domain.name)
+        key = (planned.gate, name)
+        if key not in groups:
             n = len(groups)
-            groups[planned.gate] = RangesUnderGate(f"{prefix}_push_{n}", f"{prefix}_pop_{n}", planned.gate)
+            if name not in domain_globals:
+                domain_globals[name] = f"{prefix}_domain" + (f"_{len(domain_globals)}" if domain_globals else "")
+            used = domain if name == domain.name or domain_of is None else domain_of(name)
+            groups[key] = RangesUnderGate(f"{prefix}_push_{n}", f"{prefix}_pop_{n}", planned.gate, used, domain_globals[name])
     numbers = {key: n for n, key in enumerate(groups)}
     enter_name, exit_name = f"{prefix}_push_enter", f"{prefix}_pop_exit"
-    domain_name, progress = f"{prefix}_domain", f"{prefix}_open"
+    progress = f"{prefix}_open"
     runtime = TraceRuntime(
-        domain,
-        list(groups.values()),
-        enter_name=enter_name,
-        exit_name=exit_name,
-        domain_name=domain_name,
-        progress_name=progress,
+        domain, list(groups.values()), enter_name=enter_name, exit_name=exit_name, progress_name=progress
     )
     functions = runtime.initial_globals()
 
@@ -84,17 +91,28 @@ def annotate_trace(
     emitted: list[tuple[int, str]] = []
     pushes: dict[int, list[BoundSymbol]] = {}
     pops: dict[int, list[tuple[BoundSymbol, dict[str, Any]]]] = {}
-    open_ends: list[int] = []  # ends of the ranges enclosing the current one
+    open_ends: dict[Any, list[int]] = {}  # per domain: ends of the ranges enclosing the current one
     for number, planned in enumerate(plan.ranges):
-        message = planned.label if planned.label is not None else op_message(planned.start, bsyms[planned.start])
-        while open_ends and open_ends[-1] < planned.start:
-            open_ends.pop()
-        emitted.append((len(open_ends), message))
-        open_ends.append(planned.end)
+        marker = planned.marker
+        if marker is not None or planned.label is not None:
+            message = planned.label
+        else:
+            message = op_message(planned.start, bsyms[planned.start])
+        key = (planned.gate, planned.domain(domain.name))
+        ends = open_ends.setdefault(key[1], [])
+        while ends and ends[-1] < planned.start:
+            ends.pop()
+        emitted.append((len(ends), message))
+        ends.append(planned.end)
         rule = compiled.rules[planned.rules[0]]
-        attributes = domain.attributes(message, color=rule_color(rule.number), category=rule_category(rule.rule))
+        group = groups[key]
+        if marker is not None and marker.form != RECORD_FUNCTION:
+            # The user's own marker, as the user pushed it: message and colour, no category.
+            attributes = group.domain.attributes(message, color=marker.color)
+        else:
+            attributes = group.domain.attributes(message, color=rule_color(rule.number), category=rule_category(rule.rule))
         attr_name = f"{prefix}_attr_{number}"
-        group = groups[planned.gate]
+        domain_name = group.domain_name
         context = {
             group.push_name: functions[group.push_name],
             group.pop_name: functions[group.pop_name],
@@ -106,7 +124,7 @@ def annotate_trace(
                 _ENTER, (attr_name, quoted, enter_name, progress), {enter_name: runtime.enter, attr_name: attributes, **context}
             )
         else:
-            args = (attr_name, quoted, group.push_name, domain_name, progress, numbers[planned.gate])
+            args = (attr_name, quoted, group.push_name, domain_name, progress, numbers[key])
             push = bind_with_globals(_PUSH, args, {attr_name: attributes, **context})
         pushes.setdefault(planned.start, []).append(push)
         pop = bind_with_globals(_POP, (group.pop_name, domain_name, progress), context)

@@ -145,11 +145,14 @@ def current_rank() -> int:
 
 @dataclass(frozen=True)
 class RangesUnderGate:
-    """The ranges of one trace that share a gate, and the globals their lines call."""
+    """The ranges of one trace that share a gate and an NVTX domain, and the globals their lines call."""
 
     push_name: str
     pop_name: str
     gate: frozenset[Gate] | None  # None: always on
+    # The domain (the transform's own, or a user's marker's: `each marker`) and the global holding its argument.
+    domain: Domain | None = None  # None: the runtime's own
+    domain_name: str = ""
 
     def is_open(self, rank: int, step: int) -> bool:
         return self.gate is None or any(g.is_open(rank, step) for g in self.gate)
@@ -203,13 +206,12 @@ class TraceRuntime:
         *,
         enter_name: str,
         exit_name: str,
-        domain_name: str,
         progress_name: str,
     ) -> None:
-        self.domain = domain
-        self.domain_name = domain_name  # the global that holds the domain argument
+        self.domain = domain  # the transform's own: calls in flight are kept per thread and this domain
         self.progress_name = progress_name  # the local that holds the call's `Progress`
-        self._push, self._pop, self._domain_arg = _push_pop(domain.handle)
+        # Per group: (push, pop, domain argument) of its domain.
+        self._calls_of = [_push_pop((g.domain or domain).handle) for g in groups]
         self._state = _thread_state(domain.name)
         self.groups = groups  # groups[0] holds the trace's first range: `enter` pushes it
         # The lines that call enter/exit also push/pop a range of these groups.
@@ -221,11 +223,12 @@ class TraceRuntime:
 
     def initial_globals(self) -> dict[str, Any]:
         """Globals the generated function starts with (gated groups start closed)."""
-        values: dict[str, Any] = {self.domain_name: self._domain_arg}
-        for group in self.groups:
+        values: dict[str, Any] = {}
+        for group, (push, pop, argument) in zip(self.groups, self._calls_of):
             on = group.gate is None
-            values[group.push_name] = self._push if on else _SKIP_PUSH
-            values[group.pop_name] = self._pop if on else _SKIP_POP
+            values[group.domain_name] = argument
+            values[group.push_name] = push if on else _SKIP_PUSH
+            values[group.pop_name] = pop if on else _SKIP_POP
         return values
 
     def enter(self, function_globals: dict[str, Any], attributes: Any) -> Progress:
@@ -242,7 +245,7 @@ class TraceRuntime:
         progress = Progress((0,))
         progress.runtime, progress.calls, progress.live = self, calls, self._live
         calls.append(progress)
-        function_globals[self.groups[0].push_name](attributes, self._domain_arg)
+        function_globals[self.groups[0].push_name](attributes, self._calls_of[0][2])
         return progress
 
     def _live_flags(self) -> tuple[bool, ...]:
@@ -253,12 +256,14 @@ class TraceRuntime:
         step = next(self._calls)
         rank = current_rank()
         changed = False
-        for group in self._gated:
+        for group, (push, pop, _) in zip(self.groups, self._calls_of):
+            if group.gate is None:
+                continue
             now = group.is_open(rank, step)
             if now != self._open[group.push_name]:
                 self._open[group.push_name] = now
-                function_globals[group.push_name] = self._push if now else _SKIP_PUSH
-                function_globals[group.pop_name] = self._pop if now else _SKIP_POP
+                function_globals[group.push_name] = push if now else _SKIP_PUSH
+                function_globals[group.pop_name] = pop if now else _SKIP_POP
                 changed = True
         if changed:
             self._live = self._live_flags()
@@ -276,11 +281,12 @@ def _recover(calls: list[Progress]) -> None:
         if _executing(progress):
             return
         calls.pop()
-        runtime = progress.runtime
+        calls_of = progress.runtime._calls_of
         live = progress.live
         for group in progress:
             if live[group]:
-                runtime._pop(runtime._domain_arg)
+                _, pop, argument = calls_of[group]
+                pop(argument)
 
 
 def _executing(progress: Progress) -> bool:

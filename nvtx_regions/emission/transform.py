@@ -139,6 +139,7 @@ class NvtxProfileTransform(Transform):
             text = text[:200] + f"... ({len(self.spec.rules)} rules)"
         self._summary = json.dumps(text, ensure_ascii=False)  # for provenance
         self.domain = Domain(self.domain_name)
+        self._marker_domains: dict[str | None, Domain] = {}  # the users' own domains of `each marker` ranges
         # The latest REPORTS_KEPT traces; check() counts every trace seen, in _ranges_seen.
         self.reports: collections.deque[TraceReport] = collections.deque(maxlen=REPORTS_KEPT)
         self._nothing_selected = NothingSelectedCheck(self.compiled, strict=self.strict)
@@ -198,12 +199,14 @@ class NvtxProfileTransform(Transform):
             view.forward, self._last_forward = self._last_forward, None
         else:
             self._last_forward = view
-        plan = make_plan(self.compiled, view)
+        plan = make_plan(self.compiled, view, self.domain_name)
+        if view.phase == "forward" and view.marker_log is not None and view.marker_log.open:
+            _warn_left_open(view.marker_log.open, plan)
         if plan.empty:
             result, emitted = trace, []
         else:
             op_message = functools.partial(self._op_message, view)
-            result, emitted = annotate_trace(trace, plan, self.compiled, self.domain, op_message)
+            result, emitted = annotate_trace(trace, plan, self.compiled, self.domain, op_message, self._domain_of)
         seconds = time.perf_counter() - started
         if result is not trace:
             result.set_provenance(
@@ -234,11 +237,39 @@ class NvtxProfileTransform(Transform):
 
     # -- internals -------------------------------------------------------------
 
+    def _domain_of(self, name: str | None) -> Domain:
+        """The `Domain` of a user's marker's domain `name`, kept for the transform's life."""
+        found = self._marker_domains.get(name)
+        if found is None:
+            found = self._marker_domains[name] = Domain(name)
+        return found
+
     def _op_message(self, view: TraceView, index: int, bsym: BoundSymbol) -> str:
         if self.messages == "python":
             return one_line(bsym)
         where = chain_message(view.module_chains[view.position_of(index)])
         return f"{where}: {bsym.sym.name}" if where else bsym.sym.name
+
+
+_warned_left_open: set[tuple[str, int] | None] = set()
+
+
+def _warn_left_open(markers: tuple[Any, ...], plan: Plan) -> None:
+    """Warn once per line about `each marker` ranges whose marker the traced function never popped."""
+    emitted = {planned.marker for planned in plan.ranges if planned.marker is not None}
+    for marker in markers:
+        if marker not in emitted or marker.where in _warned_left_open:
+            continue
+        _warned_left_open.add(marker.where)
+        filename, line = marker.where or ("<unknown>", 0)
+        warnings.warn_explicit(
+            f"the NVTX marker {marker.message!r} is still open when the compiled function returns (the caller "
+            "pops it, or nothing does); under thunder its re-emitted range ends after its last op, so that every "
+            "range the transform pushes is popped in the same call",
+            NvtxRegionsWarning,
+            filename,
+            line,
+        )
 
 
 # Every transform alive, to tell at exit which ones thunder never called.

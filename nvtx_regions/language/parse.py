@@ -30,10 +30,12 @@ from .tree import (
     Between,
     ClassIn,
     EachClass,
+    EachMarker,
     EachModule,
     First,
     Forward,
     Last,
+    MarkerIn,
     ModuleIn,
     Not,
     OpIn,
@@ -208,6 +210,12 @@ class _ToTree(Transformer):
 
     def each_class(self, children) -> EachClass:
         return EachClass(_patterns(children))
+
+    def marker_in(self, children) -> MarkerIn:
+        return MarkerIn(_patterns(children))
+
+    def each_marker(self, children) -> EachMarker:
+        return EachMarker(_patterns(children))
 
     def source(self, children) -> Source:  # the `source <file:lines>` filter
         (token,) = children

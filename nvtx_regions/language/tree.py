@@ -34,6 +34,8 @@ __all__ = [
     "ClassIn",
     "EachModule",
     "EachClass",
+    "MarkerIn",
+    "EachMarker",
     "Source",
     "Proxy",
     "First",
@@ -173,6 +175,24 @@ class EachClass:
 
 
 @dataclass(frozen=True)
+class MarkerIn:
+    """True for an op recorded inside one of the user's own NVTX markers
+    (``torch.cuda.nvtx``, ``nvtx``, ``record_function``) whose message matches
+    one of the globs; in the backward, an op whose forward origins all were."""
+
+    globs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class EachMarker:
+    """A rule of its own: one range per occurrence of each of the user's markers
+    whose message matches, from the first to the last op recorded inside it,
+    in the marker's own NVTX domain with its message and colour."""
+
+    globs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Source:
     """True for a forward op recorded at a source line `first`..`last` (both
     included) of a file whose path ends with `file` (a glob)."""
@@ -203,7 +223,7 @@ class Or:
 
 Expr = Union[
     Or, And, Not, OpIn, Reads, Between, Forward, Backward, BackwardOf, All, RankIn, Steps,
-    ModuleIn, ClassIn, EachModule, EachClass, Source,
+    ModuleIn, ClassIn, EachModule, EachClass, MarkerIn, EachMarker, Source,
 ]  # fmt: skip
 
 
@@ -269,6 +289,7 @@ class _Children(Visitor):
 
     visit_OpIn = visit_Reads = visit_Forward = visit_Backward = visit_All = visit_RankIn = _none
     visit_Steps = visit_ModuleIn = visit_ClassIn = visit_EachModule = visit_EachClass = _none
+    visit_MarkerIn = visit_EachMarker = _none
     visit_Source = visit_Proxy = _none
 
     def visit_And(self, node: And) -> tuple:
@@ -416,6 +437,12 @@ class _Renderer(Visitor):
 
     def visit_EachClass(self, expr: EachClass) -> str:
         return self.globs("each class ", expr.globs)
+
+    def visit_MarkerIn(self, expr: MarkerIn) -> str:
+        return self.globs("marker ", expr.globs)
+
+    def visit_EachMarker(self, expr: EachMarker) -> str:
+        return self.globs("each marker ", expr.globs)
 
     def visit_Source(self, expr: Source) -> str:
         return f"source <{_pattern(expr.text())}>"

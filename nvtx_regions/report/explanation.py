@@ -17,6 +17,8 @@ from ..selection.unselected import RuleTally
 from ..selection.compile import CompiledRule, compile_spec
 from ..core.errors import SelectorError
 from ..language.parse import spec_from_arguments
+from ..core.markers import RECORD_FUNCTION
+from ..selection.markers import crossing_fusions
 from ..selection.plan import Plan, make_plan
 from ..attribution.traceview import TraceView, one_line
 from ..core.bits import bit_positions
@@ -38,6 +40,7 @@ class RuleInTrace:
     saved_by: tuple[tuple[str, ...], ...]  # per selected backward op: its forward origins (modules.backward_origins)
     modules: tuple[str | None, ...] = ()  # per selected op: the module it is attributed to
     calls: tuple[tuple[str, int, int, int], ...] = ()  # `each` rules: (message, first, last, ops) per module call
+    notes: tuple[str, ...] = ()  # per entry of `calls`: for a marker, where it was pushed and fusions crossing it
 
 
 @dataclass
@@ -60,8 +63,10 @@ class Explanation:
                 if found.region is not None:
                     head += f", ops #{found.region[0]}..#{found.region[1]} ({len(found.selected)} ops)"
                 out.append(head)
-                for message, first, last, count in found.calls[: self.max_ops]:
+                for n, (message, first, last, count) in enumerate(found.calls[: self.max_ops]):
                     out.append(f"    {message}: ops #{first}..#{last} ({count} op{'s' * (count != 1)})")
+                    if n < len(found.notes) and found.notes[n]:
+                        out.append(f"      {found.notes[n]}")
                 if len(found.calls) > self.max_ops:
                     out.append(f"    ... {len(found.calls) - self.max_ops} more calls")
                 rows = list(zip(found.selected, found.lines, found.saved_by, found.modules))
@@ -164,6 +169,21 @@ def _rule_in_trace(rule: CompiledRule, view: TraceView, plan: Plan) -> RuleInTra
     chains = view.module_chains
     modules = tuple((chains[p][-1].name if chains[p] else None) for p in selected)
     calls = tuple((span.label, span.first, span.last, bin(span.positions).count("1")) for span in ranges.calls)
+    notes = tuple("" if span.marker is None else _marker_note(view, span.marker) for span in ranges.calls)
     return RuleInTrace(
-        view.name, view.phase, ranges.ranges, region, selected, lines, tuple(saved_by), modules, calls
+        view.name, view.phase, ranges.ranges, region, selected, lines, tuple(saved_by), modules, calls, notes
     )
+
+
+def _marker_note(view: TraceView, marker: Any) -> str:
+    """Where `marker` was pushed, in which domain, and the fusions that cross its boundary."""
+    domain = "the transform's domain" if marker.form == RECORD_FUNCTION else f"domain {marker.domain or 'NVTX'!r}"
+    note = f"{marker.form} marker pushed at {marker.place}, {domain}"
+    crossing = crossing_fusions(view, marker) if view.phase == "forward" else []
+    if crossing:
+        shown = ", ".join(f"#{p} {view.ops[p].name}" for p in crossing[:3])
+        note += (
+            f"; {len(crossing)} fusion{'s' * (len(crossing) != 1)} ({shown}) hold ops inside and outside it and stay "
+            "outside its range, as for module calls"
+        )
+    return note

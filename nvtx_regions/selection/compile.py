@@ -1,8 +1,9 @@
 """Spec tree to compiled rules: each rule sorted into its kind, with its run-time gate.
 
-A rule is one of three kinds, each a class with its own `plan(view)`:
+A rule is one of four kinds, each a class with its own `plan(view)`:
 `OpRule` (one range per selected op), `RegionRule` (one range around a bare
-region) and `EachRule` (one range per matching module call). The selector
+region), `EachRule` (one range per matching module call) and
+`EachMarkerRule` (one range per occurrence of a matching user's marker). The selector
 primitives they evaluate live in `selectors`.
 
 Compile once, evaluate many times: every error that depends only on the
@@ -18,9 +19,11 @@ from typing import ClassVar
 
 from ..attribution.traceview import Phase, TraceView
 from ..core.globs import name_matcher, path_matcher
+from ..core.markers import Marker
 from ..language.tree import (
     All,
     And,
+    EachMarker,
     EachModule,
     Expr,
     ModuleIn,
@@ -33,18 +36,20 @@ from ..language.tree import (
     render,
     walk,
 )
+from .markers import EachMarkerSelector
 from .selectors import (
-    EACH_ALONE,
     EachSelector,
     RegionOrderError,  # re-exported: what a compiled rule raises on a trace
     RegionSelector,
     Selector,
     SelectorBuilder,
+    each_alone,
+    module_selector,
     span_mask,
 )
 
 __all__ = [
-    "Gate", "CompiledRule", "OpRule", "RegionRule", "EachRule", "RuleRanges", "RangeSpan",
+    "Gate", "CompiledRule", "OpRule", "RegionRule", "EachRule", "EachMarkerRule", "RuleRanges", "RangeSpan",
     "CompiledSpec", "compile_spec", "RegionOrderError",
 ]  # fmt: skip
 
@@ -83,8 +88,9 @@ class RangeSpan:
     first: int
     last: int
     depth: int  # same extent: lower depth is outer (the module tree of an `each` rule)
-    label: str  # the range's message
+    label: str | None  # the range's message (None: a user's marker pushed without one)
     positions: int  # bitset of the ops it stands for
+    marker: Marker | None = None  # an `each marker` range: the user's marker it re-emits
 
 
 @dataclass(frozen=True)
@@ -94,7 +100,7 @@ class RuleRanges:
     selected: int  # bitset of compute positions
     per_op: bool = False  # one range per selected op
     region: RangeSpan | None = None  # a region rule's range, where its region resolves
-    calls: tuple[RangeSpan, ...] = ()  # an each rule's ranges, one per module call
+    calls: tuple[RangeSpan, ...] = ()  # an each rule's ranges, one per module call (or marker occurrence)
 
     @property
     def spans(self) -> tuple[RangeSpan, ...]:
@@ -118,6 +124,7 @@ class CompiledRule:
     ranges_text: ClassVar[str]  # what the rule's ranges are, for reports
     per_op: ClassVar[bool] = False  # one range per selected op
     per_module_call: ClassVar[bool] = False  # one range per module call
+    per_marker: ClassVar[bool] = False  # one range per occurrence of a user's marker
 
     def describe(self) -> str:
         return self.rule.describe(self.filename)
@@ -182,6 +189,27 @@ class EachRule(CompiledRule):
 
 
 @dataclass(frozen=True)
+class EachMarkerRule(CompiledRule):
+    """``each marker <...>``: one range per occurrence of a user's marker whose message matches,
+    in the marker's own NVTX domain (`RangeSpan.marker`)."""
+
+    each: EachMarkerSelector
+
+    ranges_text: ClassVar[str] = "one range per marker occurrence"
+    per_marker: ClassVar[bool] = True
+
+    def plan(self, view: TraceView) -> RuleRanges:
+        calls = tuple(
+            RangeSpan(span.first, span.last, span.depth, span.message, span.positions, span.marker)
+            for span in self.each.spans(view)
+        )
+        selected = 0
+        for span in calls:
+            selected |= span.positions
+        return RuleRanges(selected, calls=calls)
+
+
+@dataclass(frozen=True)
 class CompiledSpec:
     rules: tuple[CompiledRule, ...]
     spec: Spec
@@ -209,8 +237,8 @@ class _Part(Visitor):
 
     visit_RankIn = visit_Steps = _gate
     visit_ModuleIn = visit_ClassIn = _scope
-    visit_EachModule = visit_EachClass = _each
-    visit_OpIn = visit_Reads = visit_BackwardOf = visit_All = visit_Source = _filter
+    visit_EachModule = visit_EachClass = visit_EachMarker = _each
+    visit_OpIn = visit_Reads = visit_BackwardOf = visit_All = visit_Source = visit_MarkerIn = _filter
     visit_Not = visit_And = visit_Or = _filter
     visit_Proxy = visit_First = visit_Last = _filter  # endpoints: inside a region only
 
@@ -271,8 +299,16 @@ def _compile_rule(rule: Rule, number: int, filename: str) -> CompiledRule:
         phase, never = _phase(parts)
         if len(eaches) > 1 or any(part in ("region", "filter") for part in parts):
             culprit = eaches[1] if len(eaches) > 1 else eaches[0]
-            raise builder.error(EACH_ALONE.format(each=render(culprit)))
+            raise builder.error(each_alone(culprit))
         (each,) = eaches
+        if isinstance(each, EachMarker):
+            scopes = tuple(
+                module_selector("module" if isinstance(e, ModuleIn) else "class", e.globs)
+                for e, part in zip(rest, parts)
+                if part == "scope"
+            )
+            selector = EachMarkerSelector(name_matcher(each.globs), phase, never, scopes)
+            return EachMarkerRule(rule, number, gate, filename, selector)
         by = "module" if isinstance(each, EachModule) else "class"
         matches = path_matcher(each.globs) if by == "module" else name_matcher(each.globs)
         within = tuple(

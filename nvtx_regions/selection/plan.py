@@ -9,18 +9,21 @@ Promises:
 - An ``each`` rule gives one region per matching module call, from its first to
   its last op, even when ops of other calls lie in between.
 - Regions that partially overlap raise `SelectorError` naming both rules,
-  because NVTX push/pop ranges must nest.
+  because NVTX push/pop ranges must nest. NVTX keeps one stack per domain:
+  an ``each marker`` range in the user's own domain (`PlannedRange.domain`)
+  needs to nest only with the ranges of that domain.
 - `ranges` are in push order: at a given bound symbol, outer before inner.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from ..attribution.traceview import Phase, TraceView
 from ..core.bits import bit_positions
 from ..core.errors import SelectorError
+from ..core.markers import RECORD_FUNCTION, Marker
 from .compile import CompiledSpec, Gate, RuleRanges
 
 __all__ = ["PlannedRange", "Plan", "make_plan"]
@@ -36,6 +39,15 @@ class PlannedRange:
     rules: tuple[int, ...]  # numbers of the rules that asked for it
     label: str | None  # the region's message; None for an op range
     gate: GateKey
+    # For an `each marker` range: the user's marker it re-emits (its domain and colour).
+    marker: Marker | None = None
+
+    def domain(self, own: Any) -> Any:
+        """The NVTX domain this range goes in, when the transform's own is `own`: a
+        marker's own domain (``record_function`` has none: `own`), else `own`."""
+        if self.marker is None or self.marker.form == RECORD_FUNCTION:
+            return own
+        return self.marker.domain
 
 
 @dataclass(frozen=True)
@@ -66,8 +78,13 @@ def _merge_gates(gates: list[Gate | None]) -> GateKey:
     return frozenset(gates)  # type: ignore[arg-type]
 
 
-def make_plan(spec: CompiledSpec, view: TraceView) -> Plan:
-    """Plan the ranges of `spec` in one trace.
+# The emitting transform's own domain when the caller does not name it: distinct from every user domain.
+OWN_DOMAIN: Any = type("OwnDomain", (), {"__repr__": lambda self: "<the transform's domain>"})()
+
+
+def make_plan(spec: CompiledSpec, view: TraceView, domain: Any = OWN_DOMAIN) -> Plan:
+    """Plan the ranges of `spec` in one trace, for a transform whose own NVTX domain is `domain`
+    (a name, None for NVTX's default domain).
 
     Raises `SelectorError` for partially overlapping regions, and
     `RegionOrderError` (a `SelectorError`) for a region that ends before it starts.
@@ -81,14 +98,18 @@ def make_plan(spec: CompiledSpec, view: TraceView) -> Plan:
         gate = _merge_gates([rule.gate])
         for span in found.spans:
             start, end = view.ops[span.first].index, view.ops[span.last].index
-            planned = PlannedRange(start, end, "region", (rule.number,), span.label, gate)
+            planned = PlannedRange(start, end, "region", (rule.number,), span.label, gate, span.marker)
             regions.append((start, -end, rule.number, span.depth, planned))
         if found.per_op:
             for position in bit_positions(found.selected):
                 op_rules.setdefault(position, []).append(rule.number)
 
     regions.sort(key=lambda item: item[:4])
-    _check_nesting([item[4] for item in regions], spec, view)
+    stacks: dict[Any, list[PlannedRange]] = {}
+    for item in regions:
+        stacks.setdefault(item[4].domain(domain), []).append(item[4])
+    for ranges in stacks.values():
+        _check_nesting(ranges, spec, view)
 
     gates = {rule.number: rule.gate for rule in spec.rules}
     op_ranges = []
@@ -115,7 +136,7 @@ def _check_nesting(regions: list[PlannedRange], spec: CompiledSpec, view: TraceV
         if stack and stack[-1].end < region.end:
             outer = spec.rules[stack[-1].rules[0]]
             inner = spec.rules[region.rules[0]]
-            if outer.per_module_call or inner.per_module_call:
+            if outer.per_module_call or inner.per_module_call or outer.per_marker or inner.per_marker:
                 raise SelectorError(
                     f"the ranges {stack[-1].label!r} ({outer.describe()}) and {region.label!r} "
                     f"({inner.describe()}) overlap without nesting in the {view.phase} trace {view.name!r} "

@@ -18,6 +18,7 @@ from ..core.calls import ModuleCall, ancestors
 from ..core.errors import SelectorError
 from ..core.globs import name_matcher, path_matcher, source_matcher
 from ..core.naming import range_message
+from .markers import marker_mask
 from ..language.tree import (
     All,
     And,
@@ -26,10 +27,12 @@ from ..language.tree import (
     Between,
     ClassIn,
     EachClass,
+    EachMarker,
     EachModule,
     First,
     Forward,
     Last,
+    MarkerIn,
     ModuleIn,
     Not,
     OpIn,
@@ -45,7 +48,7 @@ from ..language.tree import (
 
 __all__ = [
     "Selector", "FoundEndpoint", "CompiledEndpoint", "endpoint_text", "RegionOrderError", "RegionSelector",
-    "CallSpan", "EachSelector", "SelectorBuilder", "EACH_ALONE", "span_mask",
+    "CallSpan", "EachSelector", "SelectorBuilder", "each_alone", "span_mask", "module_selector",
 ]  # fmt: skip
 
 Selector = Callable[[TraceView], int]
@@ -189,7 +192,7 @@ def _glob_selector(globs: tuple[str, ...], masks: Callable[[TraceView], dict[str
     return select
 
 
-def _module_selector(by: str, globs: tuple[str, ...]) -> Selector:
+def module_selector(by: str, globs: tuple[str, ...]) -> Selector:
     """Ops attributed to a module, or a module above it, whose path (or class name) matches."""
     matches = path_matcher(globs) if by == "module" else name_matcher(globs)
     key = (by, globs)
@@ -223,11 +226,17 @@ def _source_selector(source: Source) -> Selector:
     return select
 
 
-EACH_ALONE = (
-    "{each!r} is a rule of its own (one range per module call): join it only with 'and forward', "
-    "'and backward', 'and module <...>', 'and class <...>' or run-time gates, at the top of the rule; "
-    "to select the ops inside modules write 'module <...>' or 'class <...>' instead"
-)
+def each_alone(each: EachModule | EachClass | EachMarker) -> str:
+    """Why an ``each`` filter cannot stand where it was written, and what to write instead."""
+    if isinstance(each, EachMarker):
+        unit, what, instead = "marker occurrence", "markers", "'marker <...>'"
+    else:
+        unit, what, instead = "module call", "modules", "'module <...>' or 'class <...>'"
+    return (
+        f"{render(each)!r} is a rule of its own (one range per {unit}): join it only with 'and forward', "
+        "'and backward', 'and module <...>', 'and class <...>' or run-time gates, at the top of the rule; "
+        f"to select the ops inside {what} write {instead} instead"
+    )
 
 
 class SelectorBuilder(Visitor):
@@ -285,18 +294,22 @@ class SelectorBuilder(Visitor):
         return lambda view: view.everything
 
     def visit_ModuleIn(self, expr: ModuleIn) -> Selector:
-        return _module_selector("module", expr.globs)
+        return module_selector("module", expr.globs)
 
     def visit_ClassIn(self, expr: ClassIn) -> Selector:
-        return _module_selector("class", expr.globs)
+        return module_selector("class", expr.globs)
 
     def visit_Source(self, expr: Source) -> Selector:
         return _source_selector(expr)
 
-    def visit_EachModule(self, expr: EachModule | EachClass) -> Selector:
-        raise self.error(EACH_ALONE.format(each=render(expr)))
+    def visit_MarkerIn(self, expr: MarkerIn) -> Selector:
+        matches = name_matcher(expr.globs)
+        return lambda view: marker_mask(view, matches)
 
-    visit_EachClass = visit_EachModule
+    def visit_EachModule(self, expr: EachModule | EachClass | EachMarker) -> Selector:
+        raise self.error(each_alone(expr))
+
+    visit_EachClass = visit_EachMarker = visit_EachModule
 
     def visit_Not(self, expr: Not) -> Selector:
         inner = self.visit(expr.operand)

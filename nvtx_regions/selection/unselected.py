@@ -17,7 +17,10 @@ from ..core.errors import NvtxRegionsWarning, SelectorError
 from .plan import Plan
 from ..attribution.traceview import TraceView
 from ..core.globs import name_matcher, path_matcher, source_matcher
-from ..language.tree import ClassIn, EachClass, EachModule, ModuleIn, OpIn, Proxy, Reads, Source, Visitor, walk
+from ..language.tree import (
+    ClassIn, EachClass, EachMarker, EachModule, MarkerIn, ModuleIn, OpIn, Proxy, Reads, Source, Visitor, walk,
+)  # fmt: skip
+from .markers import crossing_fusions
 
 __all__ = ["RuleTally", "op_hint", "report_unselected", "nearest"]
 
@@ -158,6 +161,36 @@ class _WhyNothing(Visitor):
 
     def visit_EachClass(self, part: EachClass) -> list[str]:
         return self._module_reasons(part.globs, by_path=False, each=True)
+
+    def visit_MarkerIn(self, part: MarkerIn | EachMarker) -> list[str]:
+        pushed = [m for view in self.views if view.marker_log is not None for m in view.marker_log.pushed]
+        if not pushed:
+            return [
+                "no marker was pushed in these traces: nvtx_regions records the model's own torch.cuda.nvtx, nvtx "
+                "and record_function markers while thunder traces, so import nvtx_regions.emission.transform (or "
+                "create the NvtxProfileTransform) before the first call; under ThunderFX torch.compile runs them "
+                "outside thunder"
+            ]
+        with_ops = {m for view in self.views for stack in view.marker_stacks for m in stack}
+        messages = sorted({m.message or "" for m in pushed})
+        notes = []
+        for glob in part.globs:
+            hits = [m for m in pushed if name_matcher((glob,))(m.message or "")]
+            if not hits:
+                notes.append(_missing(f"marker {glob!r}", glob, messages))
+            elif not any(m in with_ops for m in hits):
+                fused = [f"#{p} {view.ops[p].name}" for view in self.views for m in hits for p in crossing_fusions(view, m)]
+                where = f"marker {glob!r} matches {hits[0].message!r} ({hits[0].place}), "
+                if fused:
+                    notes.append(
+                        where + f"whose ops are all inside fusions that also hold ops outside it ({', '.join(fused[:3])}); "
+                        "a fusion stays outside a marker it crosses, as for module calls"
+                    )
+                else:
+                    notes.append(where + "around which thunder recorded no op (nothing to time there)")
+        return notes
+
+    visit_EachMarker = visit_MarkerIn
 
     def _module_reasons(self, globs: tuple[str, ...], *, by_path: bool, each: bool) -> list[str]:
         classes: dict[str, str] = {}
