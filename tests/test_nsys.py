@@ -28,6 +28,9 @@ REGION = "between first(op in <linear>)..last(op in <linear>)"
 CASES = [
     # (spec, command, options, expected command line)
     ("op in <linear>", "python train.py", {}, f"{BASE} --output=nvtx_regions_report python train.py"),
+    # the user's markers are re-emitted in their own domains: no domain filter
+    ("each marker <*>\nop in <linear>", "python train.py", {},
+     f"nsys profile --trace=cuda,nvtx {OFF} --output=nvtx_regions_report python train.py"),
     ("all", "python train.py", {"domain": None},
      f"nsys profile --trace=cuda,nvtx --nvtx-domain-include=default {OFF} --output=nvtx_regions_report python train.py"),
     ("all", "python t.py", {"domain": "my,model", "output": "r"},

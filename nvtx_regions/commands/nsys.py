@@ -39,9 +39,9 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..selection.compile import CompiledRule, RegionRule, compile_spec
+from ..selection.compile import CompiledRule, EachMarkerRule, RegionRule, compile_spec
 from ..emission.runtime import DEFAULT_DOMAIN
-from ..language.tree import Spec
+from ..language.tree import Spec, render
 from .child import CommandError
 
 __all__ = ["Flag", "NsysCommand", "nsys_command", "split_torchrun"]
@@ -227,14 +227,23 @@ def nsys_command(
             f"({CHECKED}; on a machine without CUDA it records the NVTX ranges alone, without error)",
             f"{GUIDE}: --trace",
         ),
-        Flag(
-            f"--nvtx-domain-include={_domain_value(domain)}",
-            f"keep only NVTX events of the spec's domain ({'the default domain' if domain is None else repr(domain)}; {CHECKED})",
-            f"{GUIDE}: --nvtx-domain-include",
-        ),
-        *SAMPLING_OFF,
     ]
     notes: list[str] = []
+    markers = [rule for rule in compiled.rules if isinstance(rule, EachMarkerRule)]
+    if markers:
+        # The user's markers are re-emitted in the user's own domains, which the spec does not name.
+        notes.append(
+            f"no --nvtx-domain-include: rule {render(markers[0].rule)!r} re-emits your markers in their own NVTX domains"
+        )
+    else:
+        flags.append(
+            Flag(
+                f"--nvtx-domain-include={_domain_value(domain)}",
+                f"keep only NVTX events of the spec's domain ({'the default domain' if domain is None else repr(domain)}; {CHECKED})",
+                f"{GUIDE}: --nvtx-domain-include",
+            )
+        )
+    flags.extend(SAMPLING_OFF)
     rule = _capture_rule(compiled.rules)
     torchrun = split_torchrun(command)
     if rule is not None:
