@@ -40,7 +40,18 @@ NSYS = shutil.which("nsys")
 INSTALL = ".ci/install-nsys"
 TIMEOUT = 400  # s per nsys run; the runs here take 10-60 s on 2 busy cores
 PYTHON = sys.executable
-# The generated commands name `python` and `torchrun`: this interpreter's.
+# The generated commands name `python`: this interpreter's. torchrun is named by
+# its path, as README does (`nvtx-regions nsys` reads its `#!` line).
+TORCHRUN = str(Path(PYTHON).parent / "torchrun")
+
+
+def free_port() -> str:
+    """A port for torchrun's rendezvous, so that other torchrun jobs on the machine don't collide."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return str(probe.getsockname()[1])
 ENV = {**os.environ, "PATH": f"{Path(PYTHON).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
 
 
@@ -302,7 +313,7 @@ def test_readme_steps_spec_one_process(tmp_path):
 
 
 def test_readme_steps_spec_under_torchrun(tmp_path):
-    argv = shlex.split(f"torchrun --nproc_per_node=2 examples/train.py --steps 13 --spec {STEPS}")
+    argv = [TORCHRUN, f"--master_port={free_port()}", *shlex.split(f"--nproc_per_node=2 examples/train.py --steps 13 --spec {STEPS}")]
     command = nsys_command(load(ROOT / STEPS), argv, output=str(tmp_path / "report"))
     assert "--capture-range-end=repeat:3" in command.argv
     done = run(command.argv)
@@ -315,7 +326,7 @@ def test_readme_steps_spec_under_torchrun(tmp_path):
 def test_torchrun_two_ranks_one_report_each(tmp_path):
     text = "blocks: each module <transformer.h.*>\nrank in <1> and op in <linear>"
     spec = spec_file(tmp_path, text)
-    argv = ["torchrun", "--nproc_per_node=2", "examples/train.py", "--steps", "2", "--spec", str(spec)]
+    argv = [TORCHRUN, f"--master_port={free_port()}", "--nproc_per_node=2", "examples/train.py", "--steps", "2", "--spec", str(spec)]
     command = nsys_command(parse(text), argv, output=str(tmp_path / "ranks"))
     done = run(command.argv)
     assert done.returncode == 0, done.output[-3000:]
