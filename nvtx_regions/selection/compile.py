@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..core.errors import SelectorError
+from ..attribution.module_calls import anchored_span
 from ..attribution.traceview import Phase, TraceView
 from ..core.bits import bit_positions
 from ..core.calls import ModuleCall, ancestors
@@ -111,7 +112,8 @@ class RegionSelector:
 
 @dataclass(frozen=True)
 class CallSpan:
-    """One module call's ops in one trace: compute positions `first`..`last`."""
+    """One module call's ops in one trace: its range covers compute positions
+    `first`..`last`, which leave out its hoisted ops (`module_calls.anchored_span`)."""
 
     call: ModuleCall
     depth: int  # in the module tree: 0 is the root
@@ -151,7 +153,11 @@ class EachSelector:
                     entry[2] = position
                     entry[3] |= 1 << position
         suffix = " (backward)" if view.phase == "backward" else ""
-        spans = [CallSpan(call, d, first, last, mask, call.name + suffix) for call, (d, first, last, mask) in found.items()]
+        hoisted = view.parameter_only
+        spans = [
+            CallSpan(call, d, *anchored_span(mask, hoisted), mask, call.name + suffix)
+            for call, (d, _, _, mask) in found.items()
+        ]
         spans.sort(key=lambda span: (span.first, -span.last, span.depth))
         return spans
 
