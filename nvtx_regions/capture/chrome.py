@@ -7,9 +7,13 @@ The format ("Trace Event Format", Google): a JSON object whose
 ``traceEvents`` list holds events with ``name``, ``cat``, ``ph`` (phase),
 ``ts`` (microseconds), ``pid``, ``tid`` and ``args``. Here:
 
-- every push/pop and start/end range is one complete event (``ph: "X"``) with
-  ``dur`` in microseconds; its name is the message, its ``cat`` the domain
-  (``"NVTX"`` for the default domain, as the ``nvtx`` package names it);
+- every push/pop range is one complete event (``ph: "X"``) with ``dur`` in
+  microseconds; its name is the message, its ``cat`` the domain (``"NVTX"``
+  for the default domain, as the ``nvtx`` package names it);
+- every start/end range, which may overlap others, is a nestable async pair
+  (``ph: "b"`` then ``ph: "e"``, same name, ``cat`` and ``id``, the id
+  ``"<pid>:<range id>"``), so viewers draw it on its own track, apart from
+  the thread's push/pop stack, as Nsight does; ``args`` are on the ``b``;
 - marks are instant events (``ph: "i"``, thread scope);
 - ``args`` hold ``domain`` (null for the default domain), ``color``
   (``"#rrggbb"``), ``nvtx_category`` (its name, or its number when unnamed),
@@ -43,6 +47,8 @@ __all__ = [
     "ProcessInfo",
     "RangeRecord",
     "iter_items",
+    "start_end_events",
+    "start_end_pairs",
     "load_chrome_trace",
     "to_chrome_trace",
     "write_chrome_trace",
@@ -73,6 +79,7 @@ class RangeRecord:
     category_name: str | None = None
     rank: int | None = None
     unclosed: bool = False
+    range_id: int | None = None  # a start/end range's NVTX id
 
     @property
     def duration_ns(self) -> int:
@@ -129,6 +136,7 @@ def iter_items(
             pid=start.pid, tid=start.tid, domain=start.domain, message=start.message, start_ns=start.ts_ns,
             end_ns=end_ns, depth=depth, style=style, color=start.color, category=start.category,
             category_name=name, rank=ranks.get(start.pid), unclosed=unclosed,
+            range_id=start.range_id if style == "StartEnd" else None,
         )  # fmt: skip
 
     for e in events:
@@ -193,6 +201,36 @@ def chrome_event(item: Item) -> dict[str, Any]:
     return {**base, "ph": "i", "s": "t", "ts": _us(item.ts_ns), "args": _args(item)}
 
 
+def start_end_events(item: RangeRecord) -> list[dict[str, Any]]:
+    """The nestable async pair (``b``, ``e``) for one start/end range (see the module docstring)."""
+    base = {
+        "name": item.message if item.message is not None else "",
+        "cat": item.domain if item.domain is not None else DEFAULT_DOMAIN_CAT,
+        "pid": item.pid,
+        "tid": item.tid,
+        "id": f"{item.pid}:{item.range_id if item.range_id is not None else item.start_ns}",
+    }
+    return [
+        {**base, "ph": "b", "ts": _us(item.start_ns), "args": _args(item)},
+        {**base, "ph": "e", "ts": _us(item.end_ns)},
+    ]
+
+
+def start_end_pairs(events: Iterable[Any]) -> Iterator[tuple[dict[str, Any], float]]:
+    """(begin event, duration in µs) of each nestable async pair (``b``/``e``
+    with the same pid, ``cat`` and ``id``) among Chrome trace events, in end order."""
+    begun: dict[tuple[Any, Any, Any], dict[str, Any]] = {}
+    for ev in events:
+        if not isinstance(ev, dict) or ev.get("ph") not in ("b", "e"):
+            continue
+        key = (ev.get("pid"), ev.get("cat"), ev.get("id"))
+        if ev["ph"] == "b":
+            begun[key] = ev
+        elif key in begun:
+            begin = begun.pop(key)
+            yield begin, float(ev.get("ts", 0.0)) - float(begin.get("ts", 0.0))
+
+
 def _metadata(processes: Iterable[ProcessInfo], threads: dict[tuple[int, int], str | None]) -> Iterator[dict]:
     ordered = sorted(processes, key=lambda p: (p.rank is None, p.rank if p.rank is not None else 0, p.pid))
     for index, p in enumerate(ordered):
@@ -226,6 +264,10 @@ class ChromeTraceWriter:
 
     def add(self, item: Item) -> None:
         self.threads.setdefault((item.pid, item.tid), None)
+        if isinstance(item, RangeRecord) and item.style == "StartEnd":
+            for event in start_end_events(item):
+                self._write(event)
+            return
         self._write(chrome_event(item))
 
     def name_thread(self, pid: int, tid: int, name: str) -> None:
@@ -283,17 +325,18 @@ def to_chrome_trace(source: Any) -> dict[str, Any]:
 def load_chrome_trace(path: str | os.PathLike[str]) -> list[RangeRecord]:
     """The ranges of a Chrome trace written by this module, as `RangeRecord` items.
 
-    Only complete (``ph: "X"``) events are ranges; times come back in whole
-    nanoseconds (the file keeps microseconds to 3 decimals). Events of other
-    producers load too: without ``args.domain`` the ``cat`` is the domain.
+    Complete (``ph: "X"``) events and async pairs (``b``/``e``: start/end
+    ranges) are ranges; times come back in whole nanoseconds (the file keeps
+    microseconds to 3 decimals). Events of other producers load too: without
+    ``args.domain`` the ``cat`` is the domain.
     """
     with open(path, encoding="utf-8") as f:
         data = json.load(f)
     events = data["traceEvents"] if isinstance(data, dict) else data
+    complete = [(ev, ev.get("dur", 0)) for ev in events if ev.get("ph") == "X"]
+    pairs = [({**ev, "args": {"style": "StartEnd", **(ev.get("args") or {})}}, dur) for ev, dur in start_end_pairs(events)]
     out = []
-    for ev in events:
-        if ev.get("ph") != "X":
-            continue
+    for ev, dur in complete + pairs:
         args = ev.get("args") or {}
         domain = args["domain"] if "domain" in args else ev.get("cat")
         category = args.get("nvtx_category")
@@ -306,7 +349,7 @@ def load_chrome_trace(path: str | os.PathLike[str]) -> list[RangeRecord]:
                 domain=domain,
                 message=ev.get("name"),
                 start_ns=start,
-                end_ns=start + round(float(ev.get("dur", 0)) * 1000),
+                end_ns=start + round(float(dur) * 1000),
                 depth=int(args.get("depth", 0)),
                 style=args.get("style", "PushPop"),
                 color=int(color[1:], 16) if isinstance(color, str) and color.startswith("#") else None,
@@ -316,4 +359,5 @@ def load_chrome_trace(path: str | os.PathLike[str]) -> list[RangeRecord]:
                 unclosed=bool(args.get("unclosed", False)),
             )
         )
+    out.sort(key=lambda r: r.end_ns)
     return out

@@ -5,10 +5,12 @@
 
 The inputs are Chrome Trace Event Format files (what ``nvtx-regions capture
 -o file.json`` writes, and what `write_chrome_trace` here writes): a JSON
-object with a ``traceEvents`` list, or a bare list of events. Only complete
-events (``"ph": "X"``) count; each gives a range named ``name`` lasting
-``dur`` microseconds, in the domain ``args.domain`` if present, else ``cat``.
-Every other phase (metadata, instants, begin/end pairs) is ignored.
+object with a ``traceEvents`` list, or a bare list of events. Complete
+events (``"ph": "X"``, push/pop ranges) count, each a range named ``name``
+lasting ``dur`` microseconds, in the domain ``args.domain`` if present, else
+``cat``; so do nestable async pairs (``"b"``/``"e"`` with the same ``id``:
+NVTX start/end ranges), lasting from ``b`` to ``e``. Every other phase
+(metadata, instants, ``B``/``E`` pairs) is ignored.
 
 Nothing here imports torch or thunder.
 """
@@ -22,6 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..capture.chrome import start_end_pairs
 from ..core.errors import SelectorError
 
 __all__ = ["CompareRow", "compare", "load_ranges", "render_table", "write_chrome_trace", "chrome_trace"]
@@ -77,16 +80,19 @@ def load_ranges(source: Source, *, domain: str | None = _ANY) -> list[tuple[str 
             f"{path}: not a Chrome trace (expected a 'traceEvents' list or a list of events); "
             "pass a file written by 'nvtx-regions capture -o FILE.json'"
         )
+    complete = [
+        (event, float(event.get("dur", 0.0))) for event in events if isinstance(event, Mapping) and event.get("ph") == "X"
+    ]
     out = []
-    for event in events:
-        if not isinstance(event, Mapping) or event.get("ph") != "X" or "name" not in event:
+    for event, dur in complete + list(start_end_pairs(events)):
+        if "name" not in event:
             continue
         args = event.get("args") or {}
         cat = event.get("cat")
         event_domain = args["domain"] if "domain" in args else (None if cat == DEFAULT_DOMAIN_CAT else cat)
         if domain is not _ANY and event_domain != domain:
             continue
-        out.append((event_domain, str(event["name"]), float(event.get("dur", 0.0))))
+        out.append((event_domain, str(event["name"]), dur))
     return out
 
 
