@@ -196,7 +196,7 @@ def torchrun_workers() -> tuple[dict[int, dict[str, Any]], dict[int, Any]]:
 
     argv = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-        str(WORKERS / "distributed_worker.py"), "ddp", "fsdp", "modules", "gates",
+        str(WORKERS / "distributed_worker.py"), "ddp", "fsdp", "modules", "each", "gates",
     ]  # fmt: skip
     captured = capture_subprocess(argv, cwd=WORKERS, timeout=300).check()
     outs = {out["rank"]: out for out in result(captured.stdout)["ranks"]}
