@@ -393,3 +393,13 @@ def test_rule_that_matches_no_module_warns(text, message):
         annotate(model, text, strict=True)
     assert str(error.value) == message
     assert _hook_state(model) == before
+
+
+def test_parenthesized_and_is_flattened_as_in_the_transform():
+    # The transform reads '(each module <0> and forward) and class <Linear>' as one
+    # each rule with a class scope; annotate() reads the same conjuncts the same way.
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    with annotate(model, "(each module <0> and forward) and class <Linear>") as h:
+        assert h.messages == [("forward", "0")]
+    with annotate(model, "(each class <Linear> and module <2>) and (backward and steps 0..)") as h:
+        assert h.messages == [("backward", "2 (backward)")]

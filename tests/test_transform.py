@@ -162,7 +162,7 @@ def test_repr_shows_arguments():
 
 
 def test_each_rule_has_its_colour_and_a_category_named_after_it(nvtx_capture):
-    from nvtx_regions.emission.runtime import rule_color
+    from nvtx_regions.core.naming import rule_color
 
     # Labels no other test uses: NVTX names a category once per process and domain.
     transform = NvtxProfileTransform("colour_lin: op in <linear>\nop in <erf> or op in <no_such_op>")

@@ -74,7 +74,7 @@ __all__ = [
 ]
 
 
-def _fill(
+def _origins_from_neighbours(
     view: TraceView, origins: list[int | None], chain_of: Callable[[int], Chain | None]
 ) -> list[int | None]:
     """Rule 3: give ops without origins those of their producers or consumers (see module doc)."""
@@ -213,7 +213,7 @@ def forward_chains(view: TraceView, recorded: Sequence[Chain | None]) -> list[Ch
     if all(chain is not None for chain in recorded) or not any(chain is not None for chain in recorded):
         return list(recorded)
     origins = [None if chain is None else 1 << p for p, chain in enumerate(recorded)]
-    filled = _fill(view, origins, lambda p: recorded[p])
+    filled = _origins_from_neighbours(view, origins, lambda p: recorded[p])
     return [
         None if p in comm
         else recorded[p] if recorded[p] is not None
@@ -287,7 +287,7 @@ def backward_origins(view: TraceView, forward: TraceView, returned: Sequence[str
                     mask |= saved(name)
         origins.append(mask or None)
     chains = forward.module_chains
-    filled = _fill(view, origins, lambda p: chains[p])
+    filled = _origins_from_neighbours(view, origins, lambda p: chains[p])
     return [None if p in comm else mask for p, mask in enumerate(filled)]
 
 

@@ -24,13 +24,15 @@ import sys
 import threading
 import types
 import weakref
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
 from ..core.calls import Chain, ModuleCall, common_chain
 
 __all__ = [
     "AttributedFilename", "install_module_recorder", "recorded_chain", "recorded_classes",
-    "is_thunderfx_subgraph", "backward_follows", "attached_as", "parameter_names", "cotangent_names",
+    "is_thunderfx_subgraph", "backward_follows", "ignored_jit_keyword",
+    "AutogradInternals", "autograd_internals", "full_backward_hook_flag", "restore_full_backward_hook_flag",
+    "bind_with_globals", "parameter_names", "cotangent_names",
 ]  # fmt: skip
 
 
@@ -294,7 +296,7 @@ def backward_follows() -> bool:
     return True
 
 
-def attached_as(transform: Any) -> tuple[str, str] | None:
+def ignored_jit_keyword(transform: Any) -> tuple[str, str] | None:
     """(function name, keyword) when `transform` sits in a thunder.jit compile option other than transforms=.
 
     thunder 0.2.6 keeps ``thunder.jit``'s unknown keyword arguments in
@@ -316,6 +318,75 @@ def attached_as(transform: Any) -> tuple[str, str] | None:
                         fn = getattr(owner, "fn", None)
                         return getattr(fn, "__name__", type(fn).__name__), key
     return None
+
+
+# -- torch autograd internals, for eager hooks (emission/eager.py) ------------
+
+
+class AutogradInternals(NamedTuple):
+    """Private torch autograd functions the eager hooks call, looked up once.
+
+    Checked on torch 2.11:
+    - ``graph_task_id()`` is ``torch._C._current_graph_task_id``: the id of the
+      backward (graph task) running on this thread, -1 outside any. Without it
+      ranges that a failed backward left open could not be told apart from the
+      ranges of a backward in progress, and would stay open.
+    - ``autograd_node()`` is ``torch._C._current_autograd_node``: the autograd
+      node being run. Without it a module none of whose inputs needs a gradient
+      (torch calls its full backward hook right after the pre-hook) would close
+      its backward range before its backward ran.
+    - ``queue_callback(fn)`` is ``torch.autograd.Variable._execution_engine.queue_callback``:
+      runs `fn` when the current backward ends. Without it ranges still open
+      when a backward succeeds (deferred ones) would close only at the next forward.
+    """
+
+    graph_task_id: Callable[[], int]
+    autograd_node: Callable[[], Any]
+    queue_callback: Callable[[Callable[[], None]], None]
+
+
+def autograd_internals() -> AutogradInternals:
+    import torch
+
+    return AutogradInternals(
+        torch._C._current_graph_task_id,
+        torch._C._current_autograd_node,
+        torch.autograd.Variable._execution_engine.queue_callback,
+    )
+
+
+def full_backward_hook_flag(module: Any) -> Any:
+    """A module's private ``_is_full_backward_hook`` (torch 2.11: None until a backward hook is registered,
+    then True for full hooks and False for ``register_backward_hook``).
+
+    `annotate()` saves it before registering its full backward hooks and
+    restores it on `remove()`; without that, a module whose only full hooks
+    were ours would keep refusing a later ``register_backward_hook``.
+    """
+    return module._is_full_backward_hook
+
+
+def restore_full_backward_hook_flag(module: Any, flag: Any) -> None:
+    """Put back what `full_backward_hook_flag` read (see there)."""
+    module._is_full_backward_hook = flag
+
+
+# -- building bound symbols -----------------------------------------------------
+
+
+def bind_with_globals(symbol: Any, args: tuple, call_globals: dict[str, Any]) -> Any:
+    """A bound symbol of `symbol` with `args` and no output, whose printed line may call the
+    objects in `call_globals` by those names.
+
+    thunder 0.2.6: ``BoundSymbol``'s private ``_call_ctx`` (marked "TODO Remove
+    _call_ctx" in ``thunder/core/symbol.py``) is merged into the globals of the
+    generated function (``BoundSymbol.gather_ctxs``), and with it set thunder
+    adds no import for the symbol. Without it the push and pop lines could not
+    reach nvtx's C functions, the prebuilt attributes and the run-time state.
+    """
+    from thunder.core.symbol import BoundSymbol
+
+    return BoundSymbol(symbol, args=args, kwargs={}, output=None, _call_ctx=call_globals)
 
 
 # -- parameters and buffers ----------------------------------------------------

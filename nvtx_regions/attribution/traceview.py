@@ -311,3 +311,9 @@ class _LazyOp:
         if self._writes is None:
             self._writes = _names(self.bsym.flat_proxy_outs)
         return self._writes
+
+
+def one_line(bsym: Any) -> str:
+    """The bound symbol's own Python line(s), without its header or subsymbols."""
+    lines = [line for line in bsym.python(indent=0, print_depth=1) if not line.lstrip().startswith("#")]
+    return " ".join(line.strip() for line in lines)

@@ -30,7 +30,7 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..selection.compile import CompiledRule, compile_spec
+from ..selection.compile import CompiledRule, RegionRule, compile_spec
 from ..emission.runtime import DEFAULT_DOMAIN
 from ..language.tree import Spec
 
@@ -76,11 +76,11 @@ class NsysCommand:
         return "\n".join(out)
 
 
-def _capture_rule(rules: Sequence[CompiledRule]) -> CompiledRule | None:
+def _capture_rule(rules: Sequence[CompiledRule]) -> RegionRule | None:
     """The first labelled bare-region rule with a steps gate: its range can start the collection."""
     for rule in rules:
         gate = rule.gate
-        if rule.region is not None and not rule.region.never and rule.rule.label and gate and gate.first_step is not None:
+        if isinstance(rule, RegionRule) and not rule.region.never and rule.rule.label and gate and gate.first_step is not None:
             return rule
     return None
 

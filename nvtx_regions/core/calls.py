@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from .globs import split_path
+from .naming import module_call_name
 
 __all__ = ["ModuleCall", "Chain", "common_chain", "ancestors", "chain_message"]
 
@@ -22,7 +23,7 @@ class ModuleCall:
     @property
     def name(self) -> str:
         """The range message of this call: its path, or its class name for the root module."""
-        return self.path or self.cls
+        return module_call_name(self.path, self.cls)
 
 
 # The module calls running when an op was recorded, outermost (the root) first.

@@ -1,4 +1,4 @@
-"""Glob matching, written once for every pass: module paths, class names, source files.
+"""Glob matching, written once for every pass: module paths, plain names (ops, proxies, classes), source files.
 
 Case-sensitive on every OS (`fnmatch.fnmatchcase` semantics), each pattern
 compiled once.
@@ -11,7 +11,7 @@ import functools
 import re
 from typing import Callable
 
-__all__ = ["split_path", "path_matcher", "class_matcher"]
+__all__ = ["split_path", "path_matcher", "name_matcher", "source_matcher"]
 
 
 def split_path(path: str) -> tuple[str, ...]:
@@ -50,7 +50,17 @@ def path_matcher(globs: tuple[str, ...]) -> Callable[[str], bool]:
 
 
 @functools.lru_cache(maxsize=4096)
-def class_matcher(globs: tuple[str, ...]) -> Callable[[str], bool]:
-    """A test for a class name: `fnmatch.fnmatchcase` against any of the globs."""
+def name_matcher(globs: tuple[str, ...]) -> Callable[[str], bool]:
+    """A test for a plain name (an op, a proxy, a class): `fnmatch.fnmatchcase` against any of the globs.
+
+    One regex per glob list; cached, since big specs repeat their lists.
+    """
     pattern = re.compile("|".join(f"(?:{fnmatch.translate(g)})" for g in globs))
     return lambda name: pattern.match(name) is not None
+
+
+@functools.lru_cache(maxsize=4096)
+def source_matcher(file: str) -> Callable[[str], bool]:
+    """A test for a recorded source filename: `file` is a glob for the whole
+    filename or for its tail after any ``/`` (``model.py`` matches ``/src/model.py``)."""
+    return name_matcher((file, "*/" + file))

@@ -43,136 +43,19 @@ threads, and ranges a failed backward leaves there are not recovered.
 
 from __future__ import annotations
 
-import difflib
 import threading
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..selection.compile import CompiledRule, compile_spec
-from ..core.errors import NvtxRegionsWarning, SelectorError
-from ..core.globs import class_matcher, path_matcher
-from ..language.parse import combine, parse
-from .runtime import DEFAULT_DOMAIN, Domain, current_rank, rule_color
-from ..language.tree import (
-    All,
-    And,
-    BackwardOf,
-    Between,
-    ClassIn,
-    EachClass,
-    EachModule,
-    ModuleIn,
-    Not,
-    OpIn,
-    Or,
-    Reads,
-    Rule,
-    Source,
-    Spec,
-    render,
-    walk,
-)
+from ..attribution.thunder_internals import autograd_internals, full_backward_hook_flag, restore_full_backward_hook_flag
+from ..core.naming import DEFAULT_DOMAIN, module_call_name, range_message, rule_category, rule_color
+from ..core.globs import name_matcher, path_matcher
+from ..language.parse import parse, spec_from_arguments
+from ..selection.unselected import nearest, report_unselected
+from .eager_rules import EagerRule, eager_rules, modules_above
+from .runtime import Domain, current_rank
 
 __all__ = ["annotate", "EagerAnnotation"]
-
-_TRACE_ONLY = {
-    OpIn: "selects trace ops by name",
-    Reads: "selects trace ops by the proxies they read",
-    Between: "is a region between trace ops",
-    Source: "selects trace ops by the source line that recorded them",
-    BackwardOf: "maps backward trace ops to the forward ops that saved their inputs",
-    All: "selects every trace op",
-}
-
-_SUPPORTED = (
-    "in annotate() a rule is 'each module <...>' or 'each class <...>', optionally joined with 'and' to "
-    "'forward', 'backward', 'module <...>', 'class <...>', 'rank in <...>' and 'steps a..b'"
-)
-
-
-def _conjuncts(expr: Any) -> list[Any]:
-    return list(expr.operands) if isinstance(expr, And) else [expr]
-
-
-@dataclass(frozen=True)
-class _EagerRule:
-    """One rule in eager form: which modules, which passes, under which scope and gate."""
-
-    compiled: CompiledRule  # of the rule without its module/class scope: gate, each selector
-    rule: Rule  # as the user wrote it: its category, colour and errors
-    scopes: tuple[Callable[[list[tuple[str, str]]], bool], ...]
-    each_globs: tuple[str, ...]
-
-    def selects(self, path: str, cls: str, above: list[tuple[str, str]]) -> bool:
-        each = self.compiled.each
-        assert each is not None
-        if each.never or not each.matches(path if each.by == "module" else cls):
-            return False
-        return all(scope(above) for scope in self.scopes)
-
-    def passes(self) -> tuple[str, ...]:
-        phase = self.compiled.each.phase  # type: ignore[union-attr]
-        return ("forward", "backward") if phase is None else (phase,)
-
-
-def _scope(expr: ModuleIn | ClassIn) -> Callable[[list[tuple[str, str]]], bool]:
-    if isinstance(expr, ModuleIn):
-        matches = path_matcher(expr.globs)
-        return lambda above: any(matches(path) for path, _ in above)
-    matches = class_matcher(expr.globs)
-    return lambda above: any(matches(cls) for _, cls in above)
-
-
-def _eager_rules(spec: Spec) -> list[_EagerRule]:
-    """Check that every rule has an eager meaning and compile it. Raises `SelectorError` naming the rule."""
-    rules = []
-    for number, rule in enumerate(spec.rules):
-        describe = rule.describe(spec.filename)
-        for expr in walk(rule.expr):
-            if type(expr) in _TRACE_ONLY:
-                raise SelectorError(
-                    f"{describe}: {render(expr)!r} {_TRACE_ONLY[type(expr)]}, and eager PyTorch has no trace, "
-                    f"only module calls; {_SUPPORTED}. Use NvtxProfileTransform for this rule"
-                )
-        conjuncts = _conjuncts(rule.expr)
-        for expr in conjuncts:
-            if isinstance(expr, (Not, Or)):
-                raise SelectorError(
-                    f"{describe}: {render(expr)!r}: eager rules cannot use 'not' or 'or'; {_SUPPORTED}. "
-                    "Write one rule per alternative"
-                )
-        if not any(isinstance(e, (EachModule, EachClass)) for e in conjuncts):
-            scope = next((e for e in conjuncts if isinstance(e, (ModuleIn, ClassIn))), None)
-            if scope is not None:
-                keyword = "module" if isinstance(scope, ModuleIn) else "class"
-                raise SelectorError(
-                    f"{describe}: {render(scope)!r} alone selects the ops inside matching modules, which only a "
-                    f"thunder trace has; for one range per module call write 'each {render(scope)}' "
-                    f"(or restrict an each rule: 'each class <Linear> and {keyword} <...>')"
-                )
-            raise SelectorError(f"{describe}: the rule names no module; {_SUPPORTED}")
-        scopes = tuple(_scope(e) for e in conjuncts if isinstance(e, (ModuleIn, ClassIn)))
-        rest = [e for e in conjuncts if not isinstance(e, (ModuleIn, ClassIn))]
-        # Compile the rule without its scope: the gate and the each selector
-        # (and their errors) come from compile_spec, as on the thunder side.
-        body = rest[0] if len(rest) == 1 else And(tuple(rest))
-        reduced = Rule(body, rule.label, rule.line, rule.text)
-        try:
-            (compiled,) = compile_spec(Spec((reduced,), filename=spec.filename)).rules
-        except SelectorError as error:
-            raise SelectorError(str(error).replace(reduced.describe(spec.filename), describe, 1)) from None
-        compiled = CompiledRule(rule, number, None, None, compiled.gate, spec.filename, compiled.each)
-        (found,) = [e for e in conjuncts if isinstance(e, (EachModule, EachClass))][:1]
-        rules.append(_EagerRule(compiled, rule, scopes, found.globs))
-    return rules
-
-
-def _above(path: str, classes: dict[str, str]) -> list[tuple[str, str]]:
-    """(path, class name) of the module at `path` and of each module above it, the root ("") first."""
-    parts = path.split(".") if path else []
-    prefixes = ["", *(".".join(parts[:n]) for n in range(1, len(parts) + 1))]
-    return [(p, classes[p]) for p in prefixes if p in classes]
 
 
 @dataclass
@@ -204,7 +87,7 @@ class EagerAnnotation:
     `steps` is how many times the root model's forward has been called.
     """
 
-    def __init__(self, model: Any, rules: list[_EagerRule], domain: str | None, *, strict: bool = False) -> None:
+    def __init__(self, model: Any, rules: list[EagerRule], domain: str | None, *, strict: bool = False) -> None:
         self.model = model
         self.rules = rules
         self.domain = Domain(domain)
@@ -228,9 +111,9 @@ class EagerAnnotation:
         """(pass, message) of every range a step emits per module call, in module order."""
         out = []
         for target in self._targets:
-            name = target.path or type(target.module).__name__
-            out += [("forward", name)] * len(target.forward)
-            out += [("backward", name + " (backward)")] * len(target.backward)
+            name = module_call_name(target.path, type(target.module).__name__)
+            out += [("forward", range_message(name, "forward"))] * len(target.forward)
+            out += [("backward", range_message(name, "backward"))] * len(target.backward)
         return out
 
     def remove(self) -> None:
@@ -242,7 +125,7 @@ class EagerAnnotation:
             handle.remove()
         self._handles.clear()
         for target in self._targets:
-            target.module._is_full_backward_hook = target.was_full_backward_hook
+            restore_full_backward_hook_flag(target.module, target.was_full_backward_hook)
         self._recover()
 
     def __enter__(self) -> EagerAnnotation:
@@ -254,25 +137,23 @@ class EagerAnnotation:
     # -- hooks -----------------------------------------------------------------
 
     def _install(self) -> None:
-        import torch
-
-        self._torch = torch
+        self._autograd = autograd_internals()
         named = list(self.model.named_modules())
         classes = {path: type(m).__name__ for path, m in named}
         self._selected = [0] * len(self.rules)
         for path, module in named:
             cls = type(module).__name__
-            above = _above(path, classes)
-            name = path or cls
-            target = _Target(module, path, was_full_backward_hook=module._is_full_backward_hook)
+            above = modules_above(path, classes)
+            name = module_call_name(path, cls)
+            target = _Target(module, path, was_full_backward_hook=full_backward_hook_flag(module))
             for index, rule in enumerate(self.rules):
                 if not rule.selects(path, cls, above):
                     continue
                 self._selected[index] += 1
-                category = rule.rule.label or rule.rule.text or render(rule.rule)
+                category = rule_category(rule.rule)
                 color = rule_color(rule.compiled.number)
                 for phase in rule.passes():
-                    message = name if phase == "forward" else name + " (backward)"
+                    message = range_message(name, phase)
                     attributes = self.domain.attributes(message, color=color, category=category)
                     getattr(target, phase).append((index, attributes))
             if target.forward or target.backward:
@@ -304,24 +185,19 @@ class EagerAnnotation:
             if count:
                 continue
             each = rule.compiled.each
-            assert each is not None
             if each.never:
                 reason = "'forward and backward' is never true"
             else:
                 names = paths if each.by == "module" else classes
-                matcher = path_matcher if each.by == "module" else class_matcher
+                matcher = path_matcher if each.by == "module" else name_matcher
                 missing = [g for g in rule.each_globs if not any(map(matcher((g,)), names))]
                 if missing:
-                    close = difflib.get_close_matches(missing[0], names, n=3, cutoff=0.5)
-                    hint = f" (nearest: {', '.join(close)})" if close else ""
+                    hint = nearest(missing[0], names)
                     reason = f"{each.by} {missing[0]!r} matches no module of this {type(self.model).__name__}{hint}"
                 else:
                     reason = "its 'module <...>' / 'class <...>' scope excludes every module it matches"
             problems.append(f"{rule.compiled.describe()} selected no module; {reason}")
-        if problems and strict:
-            raise SelectorError("; ".join(problems))
-        for problem in problems:
-            warnings.warn(problem, NvtxRegionsWarning, stacklevel=4)
+        report_unselected(problems, strict=strict, stacklevel=4)
 
     def _stack(self) -> list[_Open]:
         stack = self._local.__dict__.get("stack")
@@ -330,12 +206,12 @@ class EagerAnnotation:
             self._local.tasks = set()
         return stack
 
-    def _is_open(self, rule: _EagerRule, step: int) -> bool:
+    def _is_open(self, rule: EagerRule, step: int) -> bool:
         gate = rule.compiled.gate
         return gate is None or gate.is_open(current_rank(), step)
 
     def _root_pre_hook(self, module: Any, args: Any) -> None:
-        if self._torch._C._current_graph_task_id() == -1:
+        if self._autograd.graph_task_id() == -1:
             # Outside any backward nothing of ours is open on this thread,
             # unless a backward raised with ranges open.
             self._recover()
@@ -387,31 +263,31 @@ class EagerAnnotation:
 
     def _backward_push(self, target: _Target) -> Callable[..., None]:
         entries, key = target.backward, id(target.module)
-        torch_c = self._torch._C
+        autograd = self._autograd
 
         def backward_pre_hook(module: Any, grad_output: Any) -> None:
             stack = self._stack()
-            task = torch_c._current_graph_task_id()
+            task = autograd.graph_task_id()
             if task not in self._local.tasks:
                 self._local.tasks.add(task)
                 # Closes what is still open when this backward succeeds (e.g. a
                 # deferred range, or a module whose inputs' gradients were not asked for).
-                self._torch.autograd.Variable._execution_engine.queue_callback(lambda: self._end_task(task))
-            stack.append(_Open("backward", key, self._push(entries), task, torch_c._current_autograd_node()))
+                autograd.queue_callback(lambda: self._end_task(task))
+            stack.append(_Open("backward", key, self._push(entries), task, autograd.autograd_node()))
 
         return backward_pre_hook
 
     def _backward_pop(self, target: _Target) -> Callable[..., None]:
         key = id(target.module)
-        torch_c = self._torch._C
+        autograd = self._autograd
 
         def backward_hook(module: Any, grad_input: Any, grad_output: Any) -> None:
             stack = self._stack()
-            task = torch_c._current_graph_task_id()
+            task = autograd.graph_task_id()
             for position in range(len(stack) - 1, -1, -1):
                 entry = stack[position]
                 if entry.kind == "backward" and entry.module == key and entry.task == task and not entry.deferred:
-                    if entry.node is not None and entry.node is torch_c._current_autograd_node():
+                    if entry.node is not None and entry.node is autograd.autograd_node():
                         # No input needs a gradient: torch calls this hook from the
                         # pre-hook's node, before the module's backward has run.
                         entry.deferred = True
@@ -456,5 +332,5 @@ def annotate(
         raise TypeError(f"domain= takes a str or None, not {type(domain).__name__}")
     if not hasattr(model, "named_modules") or not hasattr(model, "register_forward_pre_hook"):
         raise TypeError(f"annotate() takes a torch.nn.Module, not {type(model).__name__}")
-    parsed = combine(select, spec) or parse("each module <**>")
-    return EagerAnnotation(model, _eager_rules(parsed), domain, strict=bool(strict))
+    parsed = spec_from_arguments(select, spec) or parse("each module <**>")
+    return EagerAnnotation(model, eager_rules(parsed), domain, strict=bool(strict))

@@ -43,11 +43,11 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.naming import DEFAULT_DOMAIN
 from ..selection.compile import Gate
 
+# DEFAULT_DOMAIN lives in core.naming; it is named here too for callers of this module's API.
 __all__ = ["Domain", "TraceRuntime", "current_rank", "DEFAULT_DOMAIN"]
-
-DEFAULT_DOMAIN = "nvtx_regions"
 
 # C callables standing in for push(attributes, domain) and pop(domain) when a
 # gate is closed or no tool is attached: no Python frame, no effect, no
@@ -71,16 +71,6 @@ def _push_pop(handle: Any) -> tuple[Any, Any, Any]:
     except ImportError:  # another nvtx layout: slower, still correct
         return (lambda attributes, _: handle.push_range(attributes)), (lambda _: handle.pop_range()), None
     return push_range, pop_range, handle.handle
-
-# Distinct, readable colours (ARGB), one per rule, cycling.
-_PALETTE = (
-    0xFF76B900, 0xFF1F77B4, 0xFFFF7F0E, 0xFFD62728, 0xFF9467BD,
-    0xFF8C564B, 0xFFE377C2, 0xFF17BECF, 0xFFBCBD22, 0xFF7F7F7F,
-)  # fmt: skip
-
-
-def rule_color(number: int) -> int:
-    return _PALETTE[number % len(_PALETTE)]
 
 
 class Domain:
@@ -121,7 +111,7 @@ def current_rank() -> int:
 
 
 @dataclass(frozen=True)
-class Group:
+class RangesUnderGate:
     """The ranges of one trace that share a gate, and the globals their lines call."""
 
     push_name: str
@@ -176,7 +166,7 @@ class TraceRuntime:
     def __init__(
         self,
         domain: Domain,
-        groups: list[Group],
+        groups: list[RangesUnderGate],
         *,
         enter_name: str,
         exit_name: str,

@@ -1,20 +1,18 @@
 """`NvtxProfileTransform`: the thunder transform that turns a spec's plan into
 push and pop bound symbols in the optimized forward and backward traces.
 
-The trace changes only by gaining bound symbols: one push and one pop per
-range (the first push and the last pop of a trace also start and end the call,
-see `runtime`). Pops are placed right after the range's last bound symbol, so
-every pop comes before the ``return``. A trace in which the spec selects
-nothing is returned as is.
+This module holds the configuration and thunder's entry point; the trace
+rewrite is `rewrite`, and the "selected nothing" bookkeeping is
+`nothing_selected`. A trace in which the spec selects nothing is returned as is.
 """
 
 from __future__ import annotations
 
 import atexit
 import collections
+import functools
 import json
 import os
-import sys
 import time
 import warnings
 import weakref
@@ -22,24 +20,22 @@ from dataclasses import dataclass
 from typing import Any
 
 import nvtx  # noqa: F401  (imported here so the first transform does not pay for it)
-from thunder.core.prims import OpTags
-from thunder.core.symbol import BoundSymbol, Symbol
-from thunder.core.trace import TraceCtx, TraceProvenance, TraceTag, from_trace
+from thunder.core.symbol import BoundSymbol
+from thunder.core.trace import TraceCtx, TraceProvenance, TraceTag
 from thunder.core.transform_common import Transform
 
-from ..selection.unselected import RuleTally
-from ..selection.compile import CompiledSpec, compile_spec
-from ..core.errors import NvtxRegionsWarning, SelectorError
-from ..language.parse import combine, parse
-from ..selection.plan import Plan, make_plan
+from ..attribution.thunder_internals import ignored_jit_keyword, install_module_recorder
+from ..attribution.traceview import TraceView, one_line
 from ..core.calls import chain_message
-from .runtime import DEFAULT_DOMAIN, Domain, Group, TraceRuntime, next_serial, rule_color
-from ..attribution.thunder_internals import attached_as as _attached_as
-from ..attribution.thunder_internals import backward_follows as _backward_follows
-from ..attribution.thunder_internals import install_module_recorder
-from ..attribution.thunder_internals import is_thunderfx_subgraph as _is_thunderfx_subgraph
-from ..attribution.traceview import TraceView
+from ..core.errors import NvtxRegionsWarning, SelectorError
+from ..core.naming import DEFAULT_DOMAIN
+from ..language.parse import parse, spec_from_arguments
 from ..language.tree import Spec, render
+from ..selection.compile import CompiledSpec, compile_spec
+from ..selection.plan import Plan, make_plan
+from .nothing_selected import NothingSelectedCheck
+from .rewrite import annotate_trace
+from .runtime import Domain
 
 # Module attribution needs the modules running while thunder traces: record
 # them for every function jitted after this import.
@@ -49,12 +45,9 @@ MESSAGE_STYLES = ("python", "module")
 
 __all__ = ["NvtxProfileTransform", "TraceReport"]
 
-_UNSET: Any = object()
 # Memory stays bounded however often thunder recompiles: a transform keeps the
-# reports of its latest traces, and the views of its latest ThunderFX subgraphs
-# for the hints of check(); counts of ranges cover every trace.
+# reports of its latest traces; counts of ranges cover every trace.
 REPORTS_KEPT = 100
-VIEWS_KEPT = 32
 
 
 @dataclass(frozen=True)
@@ -71,24 +64,6 @@ class TraceReport:
     # (depth, message) of each range, in push order: what one call of the trace
     # emits when no gate is closed. Depth 0 is outermost within this trace.
     ranges_emitted: tuple[tuple[int, str], ...] = ()
-
-
-def _printer(template: str):
-    def python_printer(bsym: BoundSymbol, out_printables, arg_printables, kwarg_printables) -> str:
-        return template.format(name=bsym.sym.name, args=bsym.args)
-
-    return python_printer
-
-
-def _symbol(name: str, template: str) -> Symbol:
-    # DONT_DCE: these have no outputs, and a later dead-code pass must keep them.
-    return Symbol(name=name, id=name, meta=None, is_prim=True, tags=(OpTags.DONT_DCE,), python_printer=_printer(template))
-
-
-def one_line(bsym: BoundSymbol) -> str:
-    """The bound symbol's own Python line(s), without its header or subsymbols."""
-    lines = [line for line in bsym.python(indent=0, print_depth=1) if not line.lstrip().startswith("#")]
-    return " ".join(line.strip() for line in lines)
 
 
 class NvtxProfileTransform(Transform):
@@ -144,7 +119,7 @@ class NvtxProfileTransform(Transform):
         self.spec_path = None if spec is None else os.fspath(spec)
         self.domain_name = domain
         self.strict = bool(strict)
-        self._setup(combine(select, self.spec_path) or parse("all"))
+        self._setup(spec_from_arguments(select, self.spec_path) or parse("all"))
         if not self.spec.rules:
             given = f"spec={self.spec_path!r}" if select is None else f"select={select!r}"
             message = (
@@ -166,14 +141,21 @@ class NvtxProfileTransform(Transform):
         self.domain = Domain(self.domain_name)
         # The latest REPORTS_KEPT traces; check() counts every trace seen, in _ranges_seen.
         self.reports: collections.deque[TraceReport] = collections.deque(maxlen=REPORTS_KEPT)
-        self._ranges_seen = [0] * len(self.compiled.rules)
-        self._compilation: RuleTally | None = None
+        self._nothing_selected = NothingSelectedCheck(self.compiled, strict=self.strict)
         self._last_forward: TraceView | None = None
-        self._subgraphs: RuleTally | None = None
-        self._checked_at = 0  # how many traces `check()` last covered
-        self._traces_seen = 0
         self._copied = False  # set when this configuration is copied or pickled
         _created.add(self)
+
+    @property
+    def strict(self) -> bool:
+        """Raise `SelectorError` instead of warning when a rule selects nothing; may be changed at any time."""
+        return self._strict
+
+    @strict.setter
+    def strict(self, value: bool) -> None:
+        self._strict = bool(value)
+        if "_nothing_selected" in self.__dict__:
+            self._nothing_selected.strict = self._strict
 
     # -- copies are configuration ---------------------------------------------
 
@@ -210,7 +192,6 @@ class NvtxProfileTransform(Transform):
 
     def transform_trace_post_optimization(self, trace: TraceCtx, **kwargs: Any) -> TraceCtx:
         started = time.perf_counter()
-        self._traces_seen += 1
         view = TraceView.from_trace(trace)
         if view.phase == "backward":
             # thunder transforms a compilation's backward right after its forward.
@@ -218,8 +199,11 @@ class NvtxProfileTransform(Transform):
         else:
             self._last_forward = view
         plan = make_plan(self.compiled, view)
-        emitted: list[tuple[int, str]] = []
-        result = trace if plan.empty else self._annotate(trace, plan, emitted, view)
+        if plan.empty:
+            result, emitted = trace, []
+        else:
+            op_message = functools.partial(self._op_message, view)
+            result, emitted = annotate_trace(trace, plan, self.compiled, self.domain, op_message)
         seconds = time.perf_counter() - started
         if result is not trace:
             result.set_provenance(
@@ -233,8 +217,7 @@ class NvtxProfileTransform(Transform):
                 view.name, view.phase, view.length, len(plan.ranges), plan.ranges_per_rule, seconds, plan, tuple(emitted)
             )
         )
-        self._ranges_seen = [a + b for a, b in zip(self._ranges_seen, plan.ranges_per_rule)]
-        self._tally(trace, view, plan)
+        self._nothing_selected.add(view, plan, augmented_forward=TraceTag.AUGMENTED_FORWARD in trace.tags)
         return result
 
     def check(self) -> None:
@@ -243,135 +226,19 @@ class NvtxProfileTransform(Transform):
         Under ThunderFX, call it after the first step (once every subgraph
         has compiled); elsewhere the check runs by itself per compilation.
         """
-        if not self._traces_seen:
-            raise SelectorError("check(): this transform has not seen a trace yet; call the compiled function first")
-        self._checked_at = self._traces_seen
-        tally = RuleTally(self.compiled)
-        tally.ranges = list(self._ranges_seen)
-        if self._subgraphs is not None:
-            tally.views = list(self._subgraphs.views)
-        tally.report(strict=self.strict, where=f"any of the {self._traces_seen} traces seen")
+        self._nothing_selected.check()
+
+    @property
+    def _traces_seen(self) -> int:
+        return self._nothing_selected.traces_seen
 
     # -- internals -------------------------------------------------------------
-
-    def _tally(self, trace: TraceCtx, view: TraceView, plan: Plan) -> None:
-        if _is_thunderfx_subgraph():
-            if self._subgraphs is None:
-                self._subgraphs = RuleTally(self.compiled)
-                atexit.register(_check_at_exit, weakref.ref(self))
-            self._subgraphs.add(plan, view)
-            # Views only feed the nearest-name hints; the latest ones are enough.
-            del self._subgraphs.views[:-VIEWS_KEPT]
-            return
-        if view.phase == "backward":
-            tally = self._compilation or RuleTally(self.compiled)
-            self._compilation = None
-            tally.add(plan, view)
-            tally.report(strict=self.strict, where="the forward and backward traces of this compilation")
-            return
-        if self._compilation is not None:
-            # The previous forward's backward never came.
-            pending, self._compilation = self._compilation, None
-            pending.report(strict=self.strict, where="the forward trace of the previous compilation")
-        tally = RuleTally(self.compiled)
-        tally.add(plan, view)
-        if TraceTag.AUGMENTED_FORWARD in trace.tags and _backward_follows():
-            self._compilation = tally
-        else:
-            tally.report(strict=self.strict, where="the forward trace of this compilation")
 
     def _op_message(self, view: TraceView, index: int, bsym: BoundSymbol) -> str:
         if self.messages == "python":
             return one_line(bsym)
         where = chain_message(view.module_chains[view.position_of(index)])
         return f"{where}: {bsym.sym.name}" if where else bsym.sym.name
-
-    def _annotate(self, trace: TraceCtx, plan: Plan, emitted: list[tuple[int, str]], view: TraceView) -> TraceCtx:
-        serial = next_serial()
-        prefix = f"nvtx_regions_{serial}"
-        groups: dict[Any, Group] = {}
-        for planned in plan.ranges:
-            if planned.gate not in groups:
-                n = len(groups)
-                groups[planned.gate] = Group(f"{prefix}_push_{n}", f"{prefix}_pop_{n}", planned.gate)
-        enter_name, exit_name = f"{prefix}_push_enter", f"{prefix}_pop_exit"
-        domain_name, progress = f"{prefix}_domain", f"{prefix}_open"
-        runtime = TraceRuntime(
-            self.domain,
-            list(groups.values()),
-            enter_name=enter_name,
-            exit_name=exit_name,
-            domain_name=domain_name,
-            progress_name=progress,
-        )
-        functions = runtime.initial_globals()
-        # Each push and pop also records itself in the call's progress list (see runtime).
-        pushes_by_group = {
-            key: _symbol(g.push_name, "{name}({args[0]}, " + f"{domain_name}); {progress}.append({n})" + "  # {args[1]}")
-            for n, (key, g) in enumerate(groups.items())
-        }
-        pops_by_group = {
-            key: _symbol(g.pop_name, "{name}(" + f"{domain_name}); {progress}.pop()") for key, g in groups.items()
-        }
-        # The trace's first push and last pop also start and end the call (see runtime).
-        enter = _symbol(enter_name, f"{progress} = " + "{name}(globals(), {args[0]})  # {args[1]}")
-        exit_ = _symbol(exit_name, "{args[0]}(" + f"{domain_name}); {progress}.calls.remove({progress})")
-
-        bsyms = trace.bound_symbols
-        pushes: dict[int, list[BoundSymbol]] = {}
-        pops: dict[int, list[BoundSymbol]] = {}
-        open_ends: list[int] = []  # ends of the ranges enclosing the current one
-        for number, planned in enumerate(plan.ranges):
-            message = planned.label if planned.label is not None else self._op_message(view, planned.start, bsyms[planned.start])
-            while open_ends and open_ends[-1] < planned.start:
-                open_ends.pop()
-            emitted.append((len(open_ends), message))
-            open_ends.append(planned.end)
-            rule = self.compiled.rules[planned.rules[0]]
-            attributes = self.domain.attributes(
-                message, color=rule_color(rule.number), category=rule.rule.label or rule.rule.text or render(rule.rule)
-            )
-            attr_name = f"{prefix}_attr_{number}"
-            group = groups[planned.gate]
-            context = {
-                group.push_name: functions[group.push_name],
-                group.pop_name: functions[group.pop_name],
-                domain_name: functions[domain_name],
-            }
-            if number == 0:
-                push = BoundSymbol(
-                    enter,
-                    args=(attr_name, json.dumps(message, ensure_ascii=False)),
-                    kwargs={},
-                    output=None,
-                    _call_ctx={enter_name: runtime.enter, attr_name: attributes, **context},
-                )
-            else:
-                push = BoundSymbol(
-                    pushes_by_group[planned.gate],
-                    args=(attr_name, json.dumps(message, ensure_ascii=False)),
-                    kwargs={},
-                    output=None,
-                    _call_ctx={attr_name: attributes, **context},
-                )
-            pushes.setdefault(planned.start, []).append(push)
-            pop = BoundSymbol(pops_by_group[planned.gate], args=(), kwargs={}, output=None, _call_ctx=context)
-            pops.setdefault(planned.end, []).insert(0, pop)
-        # The trace's last pop: at the latest end, the last of that list (the outermost range).
-        end_pops = pops[max(pops)]
-        last_pop = end_pops[-1]
-        end_pops[-1] = BoundSymbol(
-            exit_, args=(last_pop.sym.name,), kwargs={}, output=None, _call_ctx=last_pop._call_ctx
-        )
-
-        new_bsyms: list[BoundSymbol] = []
-        for index, bsym in enumerate(bsyms):
-            new_bsyms.extend(pushes.get(index, ()))
-            new_bsyms.append(bsym)
-            new_bsyms.extend(pops.get(index, ()))
-        annotated = from_trace(trace)
-        annotated.bound_symbols = new_bsyms
-        return annotated
 
 
 # Every transform alive, to tell at exit which ones thunder never called.
@@ -390,7 +257,7 @@ def _warn_never_called() -> None:
     for transform in list(_created):
         if transform._traces_seen:
             continue
-        attached = _attached_as(transform)
+        attached = ignored_jit_keyword(transform)
         if attached:
             described.append(f"{transform!r} (passed to thunder.jit({attached[0]}) as {attached[1]}=, which thunder ignores)")
         elif not transform._copied:
@@ -409,13 +276,3 @@ def _warn_never_called() -> None:
 
 
 atexit.register(_warn_never_called)
-
-
-def _check_at_exit(ref: "weakref.ref[NvtxProfileTransform]") -> None:
-    # ThunderFX gives no "all subgraphs compiled" moment; warn at exit rather than never.
-    transform = ref()
-    if transform is not None and transform._traces_seen > transform._checked_at:
-        try:
-            transform.check()
-        except SelectorError as error:
-            print(f"nvtx_regions: {error}", file=sys.stderr)

@@ -48,7 +48,7 @@ from .tree import (
     Steps,
 )
 
-__all__ = ["parse", "load", "combine", "grammar_text", "grammar_resource"]
+__all__ = ["parse", "load", "spec_from_arguments", "grammar_text", "grammar_resource"]
 
 GRAMMAR_PACKAGE = "nvtx_regions"
 GRAMMAR_FILE = "grammar/nvtx_regions.lark"
@@ -499,7 +499,7 @@ def load(path: str | os.PathLike[str]) -> Spec:
     return parse(text, filename=str(path))
 
 
-def combine(select: str | None, spec: str | os.PathLike[str] | None) -> Spec | None:
+def spec_from_arguments(select: str | None, spec: str | os.PathLike[str] | None) -> Spec | None:
     """The spec given as text and/or a ``.nvtx`` file: the file's rules first,
     then `select`'s, as if appended to the file. None when neither is given."""
     if select is None and spec is None:

@@ -45,6 +45,7 @@ __all__ = [
     "Visitor",
     "render",
     "walk",
+    "conjuncts",
 ]
 
 # Words the grammar reserves at the start of a rule; a label spelled like one
@@ -216,6 +217,11 @@ class Rule:
     line: int | None = field(default=None, compare=False)
     text: str | None = field(default=None, compare=False)
 
+    @property
+    def written(self) -> str:
+        """The rule's text as the user wrote it, or its canonical text for a rule built in code."""
+        return self.text or render(self)
+
     def describe(self, filename: str | None = None) -> str:
         """A short human name for this rule, for warnings and errors."""
         where = f"{filename or '<select>'}:{self.line}" if self.line else (filename or "<select>")
@@ -284,6 +290,17 @@ class _Children(Visitor):
 
 
 _CHILDREN = _Children()
+
+
+def conjuncts(expr: Expr) -> list[Expr]:
+    """The operands of a top-level `and`, with parenthesized `and`s inside it flattened.
+
+    Every pass that sorts a rule's top-level parts (compile, eager) reads them
+    through this one function, so ``(a and b) and c`` means ``a and b and c`` everywhere.
+    """
+    if not isinstance(expr, And):
+        return [expr]
+    return [part for operand in expr.operands for part in conjuncts(operand)]
 
 
 def walk(expr: Expr) -> Iterator[Expr | Proxy]:

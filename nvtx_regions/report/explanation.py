@@ -16,9 +16,9 @@ from typing import Any
 from ..selection.unselected import RuleTally
 from ..selection.compile import CompiledRule, compile_spec
 from ..core.errors import SelectorError
-from ..language.parse import combine
+from ..language.parse import spec_from_arguments
 from ..selection.plan import Plan, make_plan
-from ..attribution.traceview import TraceView
+from ..attribution.traceview import TraceView, one_line
 from ..core.bits import bit_positions
 from ..language.tree import Spec
 
@@ -52,10 +52,7 @@ class Explanation:
     def __str__(self) -> str:
         out = []
         for rule, per_trace in zip(self.rules, self.traces):
-            kind = (
-                "one range per module call" if rule.each is not None
-                else "one range per region" if rule.region is not None else "one range per op"
-            )  # fmt: skip
+            kind = rule.ranges_text
             gate = f", gated: {rule.gate.text()}" if rule.gate is not None else ""
             out.append(f"{rule.describe()}: {kind}{gate}")
             for found in per_trace:
@@ -77,12 +74,6 @@ class Explanation:
             if rule.number in self.reasons:
                 out.append(f"  nothing selected: {self.reasons[rule.number]}")
         return "\n".join(out)
-
-
-def _one_line(bsym: Any) -> str:
-    from ..emission.transform import one_line
-
-    return one_line(bsym)
 
 
 def _traces_of(target: Any) -> list[Any]:
@@ -109,9 +100,9 @@ def _traces_of(target: Any) -> list[Any]:
 
 
 def _spec_of(target: Any, select: str | None, spec: str | os.PathLike[str] | None) -> Spec:
-    combined = combine(select, spec)
-    if combined is not None:
-        return combined
+    given = spec_from_arguments(select, spec)
+    if given is not None:
+        return given
     import thunder
 
     from ..emission.transform import NvtxProfileTransform
@@ -157,9 +148,10 @@ def explain(
 
 
 def _rule_in_trace(rule: CompiledRule, view: TraceView, plan: Plan) -> RuleInTrace:
-    selected = tuple(bit_positions(plan.selected_per_rule[rule.number]))
-    region = (selected[0], selected[-1]) if rule.region is not None and selected else None
-    lines = tuple(_one_line(view.ops[p].bsym) if view.ops[p].bsym is not None else view.ops[p].name for p in selected)
+    ranges = plan.per_rule[rule.number]
+    selected = tuple(bit_positions(ranges.selected))
+    region = None if ranges.region is None else (ranges.region.first, ranges.region.last)
+    lines = tuple(one_line(view.ops[p].bsym) if view.ops[p].bsym is not None else view.ops[p].name for p in selected)
     saved_by: list[tuple[str, ...]] = []
     forward = view.forward
     for position in selected:
@@ -171,11 +163,7 @@ def _rule_in_trace(rule: CompiledRule, view: TraceView, plan: Plan) -> RuleInTra
         saved_by.append(tuple(found[:4]) + ((f"... {len(found) - 4} more",) if len(found) > 4 else ()))
     chains = view.module_chains
     modules = tuple((chains[p][-1].name if chains[p] else None) for p in selected)
-    calls: tuple[tuple[str, int, int, int], ...] = ()
-    if rule.each is not None:
-        calls = tuple(
-            (span.message, span.first, span.last, bin(span.positions).count("1")) for span in rule.each.spans(view)
-        )
+    calls = tuple((span.label, span.first, span.last, bin(span.positions).count("1")) for span in ranges.calls)
     return RuleInTrace(
-        view.name, view.phase, plan.ranges_per_rule[rule.number], region, selected, lines, tuple(saved_by), modules, calls
+        view.name, view.phase, ranges.ranges, region, selected, lines, tuple(saved_by), modules, calls
     )

@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.naming import rule_category
+
 __all__ = ["draw_ranges"]
 
 
@@ -31,10 +33,6 @@ class _Node:
     end: int
     region: bool
     children: list[_Node] = field(default_factory=list)
-
-
-def _rule_name(rule: Any) -> str:
-    return rule.rule.label or rule.rule.text or rule.describe()
 
 
 def _positions(values: list[int]) -> str:
@@ -74,14 +72,13 @@ def draw_ranges(explanation: Any) -> str:
         regions: list[_Node] = []
         leaves: dict[int, list[str]] = {}
         for rule, f in zip(rules, found):
-            if getattr(rule, "each", None) is not None:  # one region per module call, named by its path
-                regions.extend(_Node(message, first, last, True) for message, first, last, _ in f.calls)
-            elif rule.region is not None:
-                if f.region is not None and f.ranges:
-                    regions.append(_Node(_rule_name(rule), f.region[0], f.region[1], True))
-            else:
+            # One region per module call of an each rule, named by its path.
+            regions.extend(_Node(message, first, last, True) for message, first, last, _ in f.calls)
+            if f.region is not None and f.ranges:
+                regions.append(_Node(rule_category(rule.rule), f.region[0], f.region[1], True))
+            if rule.per_op:
                 for position in f.selected:
-                    leaves.setdefault(position, []).append(_rule_name(rule))
+                    leaves.setdefault(position, []).append(rule_category(rule.rule))
         nodes = regions + [_Node("+".join(names), p, p, False) for p, names in leaves.items()]
         # Outer first: earlier start, then longer span; regions before leaves at the same op.
         nodes.sort(key=lambda n: (n.start, -n.end, not n.region))

@@ -1,4 +1,9 @@
-"""Spec tree to compiled rules: selections over a `TraceView`, computed as bitsets.
+"""Spec tree to compiled rules: each rule sorted into its kind, with its run-time gate.
+
+A rule is one of three kinds, each a class with its own `plan(view)`:
+`OpRule` (one range per selected op), `RegionRule` (one range around a bare
+region) and `EachRule` (one range per matching module call). The selector
+primitives they evaluate live in `selectors`.
 
 Compile once, evaluate many times: every error that depends only on the
 spec's text is raised by `compile_spec`. Evaluating a compiled rule on a trace
@@ -8,53 +13,40 @@ start).
 
 from __future__ import annotations
 
-import fnmatch
-import functools
-import re
 from dataclasses import dataclass
-from typing import Callable
+from typing import ClassVar
 
-from ..core.errors import SelectorError
-from ..attribution.module_calls import anchored_span
 from ..attribution.traceview import Phase, TraceView
-from ..core.bits import bit_positions
-from ..core.calls import ModuleCall, ancestors
-from ..core.globs import class_matcher, path_matcher
+from ..core.globs import name_matcher, path_matcher
 from ..language.tree import (
     All,
     And,
-    Backward,
-    BackwardOf,
-    Between,
-    ClassIn,
-    EachClass,
     EachModule,
-    Endpoint,
     Expr,
-    First,
-    Forward,
     ModuleIn,
-    Not,
-    OpIn,
-    Or,
-    Proxy,
     RankIn,
-    Reads,
     Rule,
-    Source,
     Spec,
     Steps,
+    Visitor,
+    conjuncts,
     render,
     walk,
 )
+from .selectors import (
+    EACH_ALONE,
+    EachSelector,
+    RegionOrderError,  # re-exported: what a compiled rule raises on a trace
+    RegionSelector,
+    Selector,
+    SelectorBuilder,
+    span_mask,
+)
 
-__all__ = ["Gate", "CompiledRule", "CompiledSpec", "compile_spec", "RegionOrderError"]
-
-Selector = Callable[[TraceView], int]
-
-
-class RegionOrderError(SelectorError):
-    """A region's endpoints resolve in a trace, but its end comes before its start."""
+__all__ = [
+    "Gate", "CompiledRule", "OpRule", "RegionRule", "EachRule", "RuleRanges", "RangeSpan",
+    "CompiledSpec", "compile_spec", "RegionOrderError",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -85,105 +77,108 @@ class Gate:
 
 
 @dataclass(frozen=True)
-class FoundEndpoint:
-    """A compiled ``first(...)``/``last(...)`` endpoint: the first or last compute op its filter selects."""
+class RangeSpan:
+    """One range around several ops of a trace: compute positions `first`..`last`."""
 
-    text: str
-    first: bool
-    select: Selector
-
-
-CompiledEndpoint = Proxy | FoundEndpoint
-
-
-def _endpoint_text(point: CompiledEndpoint) -> str:
-    return point.name if isinstance(point, Proxy) else point.text
-
-
-@dataclass(frozen=True)
-class RegionSelector:
-    """A bare region: one range around [start, end] in each trace where both resolve."""
-
-    start: CompiledEndpoint
-    end: CompiledEndpoint
-    phase: Phase | None  # None: forward and backward traces alike
-    never: bool = False  # `forward and backward`: no trace is both
-
-
-@dataclass(frozen=True)
-class CallSpan:
-    """One module call's ops in one trace: its range covers compute positions
-    `first`..`last`, which leave out its hoisted ops (`module_calls.anchored_span`)."""
-
-    call: ModuleCall
-    depth: int  # in the module tree: 0 is the root
     first: int
     last: int
-    positions: int  # bitset of the ops attributed to the call
-    message: str
+    depth: int  # same extent: lower depth is outer (the module tree of an `each` rule)
+    label: str  # the range's message
+    positions: int  # bitset of the ops it stands for
 
 
 @dataclass(frozen=True)
-class EachSelector:
-    """``each module <...>`` / ``each class <...>``: one range per matching module call."""
+class RuleRanges:
+    """What one rule selects in one trace, and the ranges that follow."""
 
-    by: str  # "module" or "class"
-    matches: Callable[[str], bool]
-    phase: Phase | None
-    never: bool = False
-    # `and module <...>` / `and class <...>`: only calls at or inside a matching module.
-    within: tuple[tuple[str, Callable[[str], bool]], ...] = ()
+    selected: int  # bitset of compute positions
+    per_op: bool = False  # one range per selected op
+    region: RangeSpan | None = None  # a region rule's range, where its region resolves
+    calls: tuple[RangeSpan, ...] = ()  # an each rule's ranges, one per module call
 
-    def _inside(self, chain: tuple[ModuleCall, ...], depth: int, classes: dict[str, str]) -> bool:
-        found = ancestors(chain[: depth + 1], classes)
-        return all(any(test(path if by == "module" else cls) for path, cls in found) for by, test in self.within)
+    @property
+    def spans(self) -> tuple[RangeSpan, ...]:
+        """Every range of this rule that covers several ops."""
+        return self.calls if self.region is None else (self.region, *self.calls)
 
-    def spans(self, view: TraceView) -> list[CallSpan]:
-        """Each matching call with ops in `view`, in order of its first op (outer first)."""
-        if self.never or (self.phase is not None and self.phase != view.phase):
-            return []
-        found: dict[ModuleCall, list[int]] = {}
-        for position, chain in enumerate(view.module_chains):
-            if not chain:
-                continue
-            for depth, call in enumerate(chain):
-                name = call.path if self.by == "module" else call.cls
-                if self.matches(name) and (not self.within or self._inside(chain, depth, view.module_classes)):
-                    entry = found.setdefault(call, [depth, position, position, 0])
-                    entry[2] = position
-                    entry[3] |= 1 << position
-        suffix = " (backward)" if view.phase == "backward" else ""
-        hoisted = view.parameter_only
-        spans = [
-            CallSpan(call, d, *anchored_span(mask, hoisted), mask, call.name + suffix)
-            for call, (d, _, _, mask) in found.items()
-        ]
-        spans.sort(key=lambda span: (span.first, -span.last, span.depth))
-        return spans
+    @property
+    def ranges(self) -> int:
+        return len(self.spans) + (bin(self.selected).count("1") if self.per_op else 0)
 
 
 @dataclass(frozen=True)
 class CompiledRule:
-    """One rule, ready to evaluate. Exactly one of `region`, `each` and `select` is set."""
+    """One rule, ready to evaluate on trace views; one subclass per kind of rule."""
 
     rule: Rule
     number: int  # 0-based position in the spec
-    region: RegionSelector | None
-    select: Selector | None
     gate: Gate | None
     filename: str
-    each: EachSelector | None = None
+
+    ranges_text: ClassVar[str]  # what the rule's ranges are, for reports
+    per_op: ClassVar[bool] = False  # one range per selected op
+    per_module_call: ClassVar[bool] = False  # one range per module call
 
     def describe(self) -> str:
         return self.rule.describe(self.filename)
 
-    def region_bounds(self, view: TraceView) -> tuple[int, int] | None:
+    def plan(self, view: TraceView) -> RuleRanges:
+        """What this rule selects in `view`. Raises `RegionOrderError` for a region that ends before it starts."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class OpRule(CompiledRule):
+    """A filter: one range per op it selects."""
+
+    select: Selector
+
+    ranges_text: ClassVar[str] = "one range per op"
+    per_op: ClassVar[bool] = True
+
+    def plan(self, view: TraceView) -> RuleRanges:
+        return RuleRanges(self.select(view), per_op=True)
+
+
+@dataclass(frozen=True)
+class RegionRule(CompiledRule):
+    """A bare region (``between ...``, optionally ``and forward``/``and backward``): one range around it."""
+
+    region: RegionSelector
+
+    ranges_text: ClassVar[str] = "one range per region"
+
+    def bounds(self, view: TraceView) -> tuple[int, int] | None:
         """The (start, end) compute positions of this rule's region in `view`, or None."""
-        region = self.region
-        assert region is not None
-        if region.never or (region.phase is not None and region.phase != view.phase):
-            return None
-        return _bounds(region.start, region.end, view, self)
+        return self.region.bounds(view, self.describe())
+
+    def plan(self, view: TraceView) -> RuleRanges:
+        bounds = self.bounds(view)
+        if bounds is None:
+            return RuleRanges(0)
+        first, last = bounds
+        mask = span_mask(first, last)
+        label = self.rule.label if self.rule.label is not None else self.region.text()
+        return RuleRanges(mask, region=RangeSpan(first, last, 0, label, mask))
+
+
+@dataclass(frozen=True)
+class EachRule(CompiledRule):
+    """``each module <...>`` / ``each class <...>``: one range per matching module call."""
+
+    each: EachSelector
+
+    ranges_text: ClassVar[str] = "one range per module call"
+    per_module_call: ClassVar[bool] = True
+
+    def plan(self, view: TraceView) -> RuleRanges:
+        calls = tuple(
+            RangeSpan(span.first, span.last, span.depth, span.message, span.positions) for span in self.each.spans(view)
+        )
+        selected = 0
+        for span in calls:
+            selected |= span.positions
+        return RuleRanges(selected, calls=calls)
 
 
 @dataclass(frozen=True)
@@ -196,281 +191,108 @@ class CompiledSpec:
         return any(rule.gate is not None for rule in self.rules)
 
 
-@functools.lru_cache(maxsize=4096)
-def _glob_matcher(globs: tuple[str, ...]) -> Callable[[str], bool]:
-    # fnmatchcase semantics (case-sensitive on every OS), one regex per glob
-    # list; cached, since big specs repeat their lists.
-    pattern = re.compile("|".join(f"(?:{fnmatch.translate(g)})" for g in globs))
-    return lambda name: pattern.match(name) is not None
+class _Part(Visitor):
+    """The part a top-level conjunct plays in its rule: "gate", "forward", "backward",
+    "scope" (module/class), "each", "region" (between), or "filter" (anything else)."""
+
+    def _gate(self, node: object) -> str:
+        return "gate"
+
+    def _filter(self, node: object) -> str:
+        return "filter"
+
+    def _scope(self, node: object) -> str:
+        return "scope"
+
+    def _each(self, node: object) -> str:
+        return "each"
+
+    visit_RankIn = visit_Steps = _gate
+    visit_ModuleIn = visit_ClassIn = _scope
+    visit_EachModule = visit_EachClass = _each
+    visit_OpIn = visit_Reads = visit_BackwardOf = visit_All = visit_Source = _filter
+    visit_Not = visit_And = visit_Or = _filter
+    visit_Proxy = visit_First = visit_Last = _filter  # endpoints: inside a region only
+
+    def visit_Forward(self, node: object) -> str:
+        return "forward"
+
+    def visit_Backward(self, node: object) -> str:
+        return "backward"
+
+    def visit_Between(self, node: object) -> str:
+        return "region"
 
 
-def _glob_selector(globs: tuple[str, ...], masks: Callable[[TraceView], dict[str, int]]) -> Selector:
-    """Select the positions of every name in `masks(view)` (name -> bitset) that a glob matches."""
-    matches = _glob_matcher(globs)
-
-    def select(view: TraceView) -> int:
-        mask = 0
-        for name, name_mask in masks(view).items():
-            if matches(name):
-                mask |= name_mask
-        return mask
-
-    return select
+_PART = _Part()
 
 
-def _module_selector(by: str, globs: tuple[str, ...]) -> Selector:
-    """Ops attributed to a module, or a module above it, whose path (or class name) matches."""
-    matches = path_matcher(globs) if by == "module" else class_matcher(globs)
-    key = (by, globs)
-
-    def select(view: TraceView) -> int:
-        cache = view.__dict__.setdefault("_module_masks", {})
-        if key not in cache:
-            classes = view.module_classes
-            mask = 0
-            for position, chain in enumerate(view.module_chains):
-                if chain and any(matches(path if by == "module" else cls) for path, cls in ancestors(chain, classes)):
-                    mask |= 1 << position
-            cache[key] = mask
-        return cache[key]
-
-    return select
+def _phase(parts: list[str]) -> tuple[Phase | None, bool]:
+    """(phase, never) from the "forward"/"backward" conjuncts of a rule."""
+    phases = {p for p in parts if p in ("forward", "backward")}
+    if len(phases) > 1:
+        return None, True
+    return (phases.pop() if phases else None), False
 
 
-def _source_selector(source: Source) -> Selector:
-    patterns = (source.file, "*/" + source.file)
-
-    def select(view: TraceView) -> int:
-        mask = 0
-        for position, lines in enumerate(view.source_lines):
-            for filename, line in lines:
-                if source.first <= line <= source.last and any(fnmatch.fnmatchcase(filename, p) for p in patterns):
-                    mask |= 1 << position
-                    break
-        return mask
-
-    return select
-
-
-def _endpoint_position(point: CompiledEndpoint, view: TraceView, *, start: bool) -> int | None:
-    if isinstance(point, Proxy):
-        return view.region_start(point.name) if start else view.region_end(point.name)
-    mask = point.select(view)
-    if not mask:
+def _gate(gates: list[Expr]) -> Gate | None:
+    if not gates:
         return None
-    if point.first:
-        return (mask & -mask).bit_length() - 1
-    return mask.bit_length() - 1
+    ranks: frozenset[int] | None = None
+    first: int | None = None
+    last: int | None = None
+    for expr in gates:
+        if isinstance(expr, RankIn):
+            these = frozenset(expr.ranks)
+            ranks = these if ranks is None else ranks & these
+        elif isinstance(expr, Steps):
+            first = expr.first if first is None else max(first, expr.first)
+            if expr.last is not None:
+                last = expr.last if last is None else min(last, expr.last)
+        else:
+            raise TypeError(f"not a run-time gate: {expr!r}")
+    return Gate(ranks, first, last)
 
 
-def _bounds(
-    start: CompiledEndpoint, end: CompiledEndpoint, view: TraceView, rule: CompiledRule | None
-) -> tuple[int, int] | None:
-    first = _endpoint_position(start, view, start=True)
-    if first is None:
-        return None
-    last = _endpoint_position(end, view, start=False)
-    if last is None:
-        return None
-    if last < first:
-        who = rule.describe() if rule is not None else "a region"
-        raise RegionOrderError(
-            f"{who}: in the {view.phase} trace {view.name!r} the region ends at {_endpoint_text(end)} "
-            f"(op #{last}: {view.ops[last].name}) before it starts at {_endpoint_text(start)} "
-            f"(op #{first}: {view.ops[first].name}); swap the endpoints"
+def _compile_rule(rule: Rule, number: int, filename: str) -> CompiledRule:
+    describe = rule.describe(filename)
+    builder = SelectorBuilder(describe)
+    found = conjuncts(rule.expr)
+    gate = _gate([e for e in found if _PART.visit(e) == "gate"])
+    rest = [e for e in found if _PART.visit(e) != "gate"]
+    for expr in rest:
+        for inner in walk(expr):
+            part = _PART.visit(inner)
+            if part == "gate" or (part == "each" and inner is not expr):
+                builder.visit(inner)  # raises the explanatory error
+    parts = [_PART.visit(e) for e in rest]
+    eaches = [e for e, part in zip(rest, parts) if part == "each"]
+    if eaches:
+        phase, never = _phase(parts)
+        if len(eaches) > 1 or any(part in ("region", "filter") for part in parts):
+            culprit = eaches[1] if len(eaches) > 1 else eaches[0]
+            raise builder.error(EACH_ALONE.format(each=render(culprit)))
+        (each,) = eaches
+        by = "module" if isinstance(each, EachModule) else "class"
+        matches = path_matcher(each.globs) if by == "module" else name_matcher(each.globs)
+        within = tuple(
+            ("module", path_matcher(e.globs)) if isinstance(e, ModuleIn) else ("class", name_matcher(e.globs))
+            for e, part in zip(rest, parts)
+            if part == "scope"
         )
-    return first, last
-
-
-def _span(first: int, last: int) -> int:
-    return ((1 << (last + 1)) - 1) ^ ((1 << first) - 1)
-
-
-def _conjuncts(expr: Expr) -> list[Expr]:
-    """The operands of a top-level `and`, with parenthesized `and`s inside it flattened."""
-    if not isinstance(expr, And):
-        return [expr]
-    return [part for operand in expr.operands for part in _conjuncts(operand)]
-
-
-class _Compiler:
-    def __init__(self, rule: Rule, describe: str) -> None:
-        self.rule = rule
-        self.describe = describe
-        self.compiled: CompiledRule | None = None
-
-    def error(self, message: str) -> SelectorError:
-        return SelectorError(f"{self.describe}: {message}")
-
-    def expr(self, expr: Expr) -> Selector:
-        if isinstance(expr, OpIn):
-            return _glob_selector(expr.globs, lambda view: view.by_name)
-        if isinstance(expr, Reads):
-            return _glob_selector(expr.globs, lambda view: view.by_read)
-        if isinstance(expr, Between):
-            start, end = self.endpoint(expr.start), self.endpoint(expr.end)
-
-            def between(view: TraceView) -> int:
-                bounds = _bounds(start, end, view, self.compiled)
-                return 0 if bounds is None else _span(*bounds)
-
-            return between
-        if isinstance(expr, Forward):
-            return lambda view: view.everything if view.phase == "forward" else 0
-        if isinstance(expr, Backward):
-            return lambda view: view.everything if view.phase == "backward" else 0
-        if isinstance(expr, BackwardOf):
-            inner = self.expr(expr.expr)
-
-            def backward_of(view: TraceView) -> int:
-                forward = view.forward
-                if view.phase != "backward" or forward is None:
-                    return 0
-                # The backward ops the attribution rule (modules.backward_origins) traces to those forward ops.
-                chosen = inner(forward)
-                mask = 0
-                for position, origins in enumerate(view.origins):
-                    if origins is not None and origins & chosen:
-                        mask |= 1 << position
-                return mask
-
-            return backward_of
-        if isinstance(expr, All):
-            return lambda view: view.everything
-        if isinstance(expr, ModuleIn):
-            return _module_selector("module", expr.globs)
-        if isinstance(expr, ClassIn):
-            return _module_selector("class", expr.globs)
-        if isinstance(expr, Source):
-            return _source_selector(expr)
-        if isinstance(expr, (EachModule, EachClass)):
-            raise self.error(_EACH_ALONE.format(each=render(expr)))
-        if isinstance(expr, Not):
-            inner = self.expr(expr.operand)
-            return lambda view: view.everything & ~inner(view)
-        if isinstance(expr, And):
-            parts = [self.expr(e) for e in expr.operands]
-
-            def conjunction(view: TraceView) -> int:
-                # Every part, even once the mask is empty: a region that ends before it
-                # starts must raise wherever it stands, as it does under 'or'.
-                mask = view.everything
-                for part in parts:
-                    mask &= part(view)
-                return mask
-
-            return conjunction
-        if isinstance(expr, Or):
-            parts = [self.expr(e) for e in expr.operands]
-
-            def disjunction(view: TraceView) -> int:
-                mask = 0
-                for part in parts:
-                    mask |= part(view)
-                return mask
-
-            return disjunction
-        if isinstance(expr, (RankIn, Steps)):
-            raise self.error(
-                f"{render(expr)!r} is decided at run time, so it can only be joined with 'and' "
-                "at the top of a rule (not under 'not', 'or', 'backward of' or first()/last()); "
-                f"write e.g. 'op in <linear> and {render(expr)}'"
-            )
-        raise TypeError(f"not a spec expression: {expr!r}")
-
-    def endpoint(self, point: Endpoint) -> CompiledEndpoint:
-        if isinstance(point, Proxy):
-            return point
-        keyword = "first" if isinstance(point, First) else "last"
-        return FoundEndpoint(f"{keyword}({render(point.expr)})", isinstance(point, First), self.expr(point.expr))
-
-    def gate(self, gates: list[Expr]) -> Gate | None:
-        if not gates:
-            return None
-        ranks: frozenset[int] | None = None
-        first: int | None = None
-        last: int | None = None
-        for expr in gates:
-            if isinstance(expr, RankIn):
-                these = frozenset(expr.ranks)
-                ranks = these if ranks is None else ranks & these
-            else:
-                assert isinstance(expr, Steps)
-                first = expr.first if first is None else max(first, expr.first)
-                if expr.last is not None:
-                    last = expr.last if last is None else min(last, expr.last)
-        return Gate(ranks, first, last)
-
-
-_EACH_ALONE = (
-    "{each!r} is a rule of its own (one range per module call): join it only with 'and forward', "
-    "'and backward', 'and module <...>', 'and class <...>' or run-time gates, at the top of the rule; "
-    "to select the ops inside modules write 'module <...>' or 'class <...>' instead"
-)
-
-
-def _each(operands: list[Expr]) -> tuple[EachModule | EachClass, Phase | None, bool] | None:
-    """If `operands` (the non-gate conjuncts of a rule) hold an ``each`` rule, describe it."""
-    eaches = [e for e in operands if isinstance(e, (EachModule, EachClass))]
-    if not eaches:
-        return None
-    phases = [e for e in operands if isinstance(e, (Forward, Backward))]
-    kinds = {"forward" if isinstance(p, Forward) else "backward" for p in phases}
-    if len(eaches) > 1:
-        return eaches[1], None, False  # reported by the caller
-    if len(kinds) > 1:
-        return eaches[0], None, True
-    return eaches[0], (kinds.pop() if kinds else None), False
-
-
-def _region(operands: list[Expr]) -> tuple[Between, Phase | None, bool] | None:
-    """If `operands` (the non-gate conjuncts of a rule) form a bare region, describe it."""
-    betweens = [e for e in operands if isinstance(e, Between)]
-    phases = [e for e in operands if isinstance(e, (Forward, Backward))]
-    if len(betweens) != 1 or len(betweens) + len(phases) != len(operands):
-        return None
-    kinds = {"forward" if isinstance(p, Forward) else "backward" for p in phases}
-    if len(kinds) > 1:
-        return betweens[0], None, True
-    return betweens[0], (kinds.pop() if kinds else None), False
+        return EachRule(rule, number, gate, filename, EachSelector(by, matches, phase, never, within))
+    regions = [e for e, part in zip(rest, parts) if part == "region"]
+    if len(regions) == 1 and all(part in ("region", "forward", "backward") for part in parts):
+        (between,) = regions
+        phase, never = _phase(parts)
+        selector = RegionSelector(builder.visit(between.start), builder.visit(between.end), phase, never)
+        return RegionRule(rule, number, gate, filename, selector)
+    body: Expr = All() if not rest else rest[0] if len(rest) == 1 else And(tuple(rest))
+    return OpRule(rule, number, gate, filename, builder.visit(body))
 
 
 def compile_spec(spec: Spec) -> CompiledSpec:
     """Compile every rule of `spec`. Raises `SelectorError` naming the rule for a
     rule that cannot be evaluated (a run-time gate used under `not` or `or`)."""
-    compiled_rules = []
-    for number, rule in enumerate(spec.rules):
-        compiler = _Compiler(rule, rule.describe(spec.filename))
-        conjuncts = _conjuncts(rule.expr)
-        gates = [e for e in conjuncts if isinstance(e, (RankIn, Steps))]
-        rest = [e for e in conjuncts if not isinstance(e, (RankIn, Steps))]
-        for expr in rest:
-            for inner in walk(expr):
-                if isinstance(inner, (RankIn, Steps)) or (isinstance(inner, (EachModule, EachClass)) and inner is not expr):
-                    compiler.expr(inner)  # raises the explanatory error
-        each = _each(rest)
-        region = _region(rest)
-        if each is not None:
-            found, phase, never = each
-            within = [e for e in rest if isinstance(e, (ModuleIn, ClassIn))]
-            others = [e for e in rest if not isinstance(e, (Forward, Backward, ModuleIn, ClassIn)) and e is not found]
-            if others:
-                raise compiler.error(_EACH_ALONE.format(each=render(found)))
-            by = "module" if isinstance(found, EachModule) else "class"
-            matches = path_matcher(found.globs) if by == "module" else class_matcher(found.globs)
-            tests = tuple(
-                ("module", path_matcher(e.globs)) if isinstance(e, ModuleIn) else ("class", class_matcher(e.globs))
-                for e in within
-            )
-            selector_each = EachSelector(by, matches, phase, never, tests)
-            compiled = CompiledRule(rule, number, None, None, compiler.gate(gates), spec.filename, selector_each)
-        elif region is not None:
-            between, phase, never = region
-            selector = RegionSelector(compiler.endpoint(between.start), compiler.endpoint(between.end), phase, never)
-            compiled = CompiledRule(rule, number, selector, None, compiler.gate(gates), spec.filename)
-        else:
-            body: Expr = All() if not rest else rest[0] if len(rest) == 1 else And(tuple(rest))
-            compiled = CompiledRule(rule, number, None, compiler.expr(body), compiler.gate(gates), spec.filename)
-        compiler.compiled = compiled
-        compiled_rules.append(compiled)
-    return CompiledSpec(tuple(compiled_rules), spec)
+    return CompiledSpec(tuple(_compile_rule(rule, n, spec.filename) for n, rule in enumerate(spec.rules)), spec)
+

@@ -18,10 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from .compile import CompiledSpec, Gate, _endpoint_text
-from ..core.errors import SelectorError
 from ..attribution.traceview import Phase, TraceView
 from ..core.bits import bit_positions
+from ..core.errors import SelectorError
+from .compile import CompiledSpec, Gate, RuleRanges
 
 __all__ = ["PlannedRange", "Plan", "make_plan"]
 
@@ -43,13 +43,21 @@ class Plan:
     phase: Phase
     trace_name: str
     ranges: tuple[PlannedRange, ...]
-    # Per rule: how many ranges it produced, and which compute positions it selected.
-    ranges_per_rule: tuple[int, ...]
-    selected_per_rule: tuple[int, ...]  # bitsets over compute positions
+    per_rule: tuple[RuleRanges, ...]  # what each rule selected, by rule number
 
     @property
     def empty(self) -> bool:
         return not self.ranges
+
+    @property
+    def ranges_per_rule(self) -> tuple[int, ...]:
+        """Per rule: how many ranges it produced."""
+        return tuple(found.ranges for found in self.per_rule)
+
+    @property
+    def selected_per_rule(self) -> tuple[int, ...]:
+        """Per rule: the compute positions it selected, as a bitset."""
+        return tuple(found.selected for found in self.per_rule)
 
 
 def _merge_gates(gates: list[Gate | None]) -> GateKey:
@@ -66,37 +74,18 @@ def make_plan(spec: CompiledSpec, view: TraceView) -> Plan:
     """
     regions: list[tuple[int, int, int, int, PlannedRange]] = []
     op_rules: dict[int, list[int]] = {}
-    ranges_per_rule = [0] * len(spec.rules)
-    selected = [0] * len(spec.rules)
+    per_rule = []
     for rule in spec.rules:
-        if rule.each is not None:
-            gate = _merge_gates([rule.gate])
-            for span in rule.each.spans(view):
-                selected[rule.number] |= span.positions
-                start, end = view.ops[span.first].index, view.ops[span.last].index
-                planned = PlannedRange(start, end, "region", (rule.number,), span.message, gate)
-                regions.append((start, -end, rule.number, span.depth, planned))
-                ranges_per_rule[rule.number] += 1
-        elif rule.region is not None:
-            bounds = rule.region_bounds(view)
-            if bounds is None:
-                continue
-            first, last = bounds
-            selected[rule.number] = ((1 << (last + 1)) - 1) ^ ((1 << first) - 1)
-            label = rule.rule.label
-            if label is None:
-                label = f"{_endpoint_text(rule.region.start)}..{_endpoint_text(rule.region.end)}"
-            start, end = view.ops[first].index, view.ops[last].index
-            planned = PlannedRange(start, end, "region", (rule.number,), label, _merge_gates([rule.gate]))
-            regions.append((start, -end, rule.number, 0, planned))
-            ranges_per_rule[rule.number] += 1
-        else:
-            assert rule.select is not None
-            mask = rule.select(view)
-            selected[rule.number] = mask
-            for position in bit_positions(mask):
+        found = rule.plan(view)
+        per_rule.append(found)
+        gate = _merge_gates([rule.gate])
+        for span in found.spans:
+            start, end = view.ops[span.first].index, view.ops[span.last].index
+            planned = PlannedRange(start, end, "region", (rule.number,), span.label, gate)
+            regions.append((start, -end, rule.number, span.depth, planned))
+        if found.per_op:
+            for position in bit_positions(found.selected):
                 op_rules.setdefault(position, []).append(rule.number)
-            ranges_per_rule[rule.number] += bin(mask).count("1")
 
     regions.sort(key=lambda item: item[:4])
     _check_nesting([item[4] for item in regions], spec, view)
@@ -115,7 +104,7 @@ def make_plan(spec: CompiledSpec, view: TraceView) -> Plan:
         [item[4] for item in regions] + op_ranges,
         key=lambda r: (r.start, r.kind == "op", -r.end, r.rules[0]),
     )
-    return Plan(view.phase, view.name, tuple(ordered), tuple(ranges_per_rule), tuple(selected))
+    return Plan(view.phase, view.name, tuple(ordered), tuple(per_rule))
 
 
 def _check_nesting(regions: list[PlannedRange], spec: CompiledSpec, view: TraceView) -> None:
@@ -126,7 +115,7 @@ def _check_nesting(regions: list[PlannedRange], spec: CompiledSpec, view: TraceV
         if stack and stack[-1].end < region.end:
             outer = spec.rules[stack[-1].rules[0]]
             inner = spec.rules[region.rules[0]]
-            if outer.each is not None or inner.each is not None:
+            if outer.per_module_call or inner.per_module_call:
                 raise SelectorError(
                     f"the ranges {stack[-1].label!r} ({outer.describe()}) and {region.label!r} "
                     f"({inner.describe()}) overlap without nesting in the {view.phase} trace {view.name!r} "

@@ -9,7 +9,6 @@ and, for names that are in none of those traces, the nearest names that are.
 from __future__ import annotations
 
 import difflib
-import fnmatch
 import warnings
 from dataclasses import dataclass, field
 
@@ -17,23 +16,23 @@ from .compile import CompiledRule, CompiledSpec
 from ..core.errors import NvtxRegionsWarning, SelectorError
 from .plan import Plan
 from ..attribution.traceview import TraceView
-from ..core.globs import class_matcher, path_matcher
-from ..language.tree import ClassIn, EachClass, EachModule, ModuleIn, OpIn, Proxy, Reads, Source, walk
+from ..core.globs import name_matcher, path_matcher, source_matcher
+from ..language.tree import ClassIn, EachClass, EachModule, ModuleIn, OpIn, Proxy, Reads, Source, Visitor, walk
 
-__all__ = ["RuleTally", "op_hint"]
+__all__ = ["RuleTally", "op_hint", "report_unselected", "nearest"]
 
 # Ops that thunder 0.2.6 decomposes before the trace a transform sees, so that
 # their name is in no trace: name -> the ops that run instead.
 DECOMPOSED = {"gelu": ("erf", "mul", "add")}
-# The one place for a selection that covers a decomposed op as a whole, named
-# in its hint: e.g. "gelu": "class <GELU>" once module selection exists.
+# A selection that covers a decomposed op as a whole (the ops of the modules
+# that call it), named in its hint.
 WHOLE_SELECTION: dict[str, str] = {"gelu": "class <GELU> (the GELU modules' ops)"}
 
 
 def op_hint(glob: str, op_names: list[str]) -> str:
     """Advice for an op pattern that matches nothing: the op's name in the trace, or why it has none."""
     last = glob.rsplit(".", 1)[-1]
-    if last != glob and any(fnmatch.fnmatchcase(name, last) for name in op_names):
+    if last != glob and any(map(name_matcher((last,)), op_names)):
         # The printed trace calls e.g. torch.nn.functional.linear; the op is named linear.
         return f"; ops go by their symbol's name, not the callable the trace prints: write {last!r}"
     if glob in DECOMPOSED:
@@ -41,6 +40,27 @@ def op_hint(glob: str, op_names: list[str]) -> str:
         alternative = f", or write {WHOLE_SELECTION[glob]}" if glob in WHOLE_SELECTION else ""
         return f"; thunder decomposes {glob} into {parts}, so no op is named {glob!r}: select those ops{alternative}"
     return ""
+
+
+def nearest(name: str, candidates: list[str]) -> str:
+    """`` (nearest: a, b, c)`` naming up to three candidates close to `name`, or ``""``."""
+    close = difflib.get_close_matches(name, candidates, n=3, cutoff=0.5)
+    return f" (nearest: {', '.join(close)})" if close else ""
+
+
+def report_unselected(problems: list[str], *, strict: bool, stacklevel: int) -> None:
+    """Say that rules selected nothing: one `NvtxRegionsWarning` per problem, or
+    with `strict` one `SelectorError` naming them all.
+
+    `stacklevel` counts from the caller of this function, as for `warnings.warn`.
+    Thunder traces and eager hooks report through here alike.
+    """
+    if not problems:
+        return
+    if strict:
+        raise SelectorError("; ".join(problems))
+    for problem in problems:
+        warnings.warn(problem, NvtxRegionsWarning, stacklevel=stacklevel + 1)
 
 
 @dataclass
@@ -68,42 +88,62 @@ class RuleTally:
         for rule in self.unselected():
             reason = self.reason(rule)
             problems.append(f"{rule.describe()} selected nothing in {where}{'; ' + reason if reason else ''}")
-        if not problems:
-            return
-        if strict:
-            raise SelectorError("; ".join(problems))
-        for problem in problems:
-            warnings.warn(problem, NvtxRegionsWarning, stacklevel=4)
+        report_unselected(problems, strict=strict, stacklevel=4)
 
     def reason(self, rule: CompiledRule) -> str:
         """Why `rule` may have selected nothing: its names that are in none of the traces."""
-        op_names = sorted({op.name for view in self.views for op in view.ops})
-        notes = []
-        for part in walk(rule.rule.expr):
-            if isinstance(part, Proxy):
-                if not any(
-                    view.region_start(part.name) is not None or view.region_end(part.name) is not None
-                    for view in self.views
-                ):
-                    candidates = sorted({n for view in self.views for n in view.proxy_names})
-                    notes.append(self._missing(f"proxy {part.name!r}", part.name, candidates, verb="is produced by no compute op and is no argument"))
-            elif isinstance(part, OpIn):
-                for glob in part.globs:
-                    if not any(fnmatch.fnmatchcase(name, glob) for name in op_names):
-                        notes.append(self._missing(f"op {glob!r}", glob, op_names) + op_hint(glob, op_names))
-            elif isinstance(part, (ModuleIn, EachModule, ClassIn, EachClass)):
-                notes.extend(self._module_reasons(part))
-            elif isinstance(part, Source):
-                notes.append(self._source_reason(part))
-            elif isinstance(part, Reads):
-                names = sorted({n for view in self.views for n in view.by_read})
-                for glob in part.globs:
-                    if not any(fnmatch.fnmatchcase(name, glob) for name in names):
-                        notes.append(self._missing(f"read {glob!r}", glob, names))
-        return "; ".join(notes)
+        why = _WhyNothing(self.views)
+        return "; ".join(note for part in walk(rule.rule.expr) for note in why.visit(part))
 
-    def _module_reasons(self, part: ModuleIn | EachModule | ClassIn | EachClass) -> list[str]:
-        by_path = isinstance(part, (ModuleIn, EachModule))
+
+class _WhyNothing(Visitor):
+    """Per node of a rule: the names it uses that are in none of `views`, and what to write instead."""
+
+    def __init__(self, views: list[TraceView]) -> None:
+        self.views = views
+        self.op_names = sorted({op.name for view in views for op in view.ops})
+
+    def _nothing(self, part: object) -> list[str]:
+        return []
+
+    # Nodes that name nothing of a trace; their operands are visited on their own.
+    visit_Forward = visit_Backward = visit_All = visit_RankIn = visit_Steps = _nothing
+    visit_Not = visit_And = visit_Or = visit_BackwardOf = visit_Between = _nothing
+    visit_First = visit_Last = _nothing
+
+    def visit_Proxy(self, part: Proxy) -> list[str]:
+        if any(view.region_start(part.name) is not None or view.region_end(part.name) is not None for view in self.views):
+            return []
+        candidates = sorted({n for view in self.views for n in view.proxy_names})
+        return [_missing(f"proxy {part.name!r}", part.name, candidates, verb="is produced by no compute op and is no argument")]
+
+    def visit_OpIn(self, part: OpIn) -> list[str]:
+        return [
+            _missing(f"op {glob!r}", glob, self.op_names) + op_hint(glob, self.op_names)
+            for glob in part.globs
+            if not any(map(name_matcher((glob,)), self.op_names))
+        ]
+
+    def visit_Reads(self, part: Reads) -> list[str]:
+        names = sorted({n for view in self.views for n in view.by_read})
+        return [_missing(f"read {glob!r}", glob, names) for glob in part.globs if not any(map(name_matcher((glob,)), names))]
+
+    def visit_Source(self, part: Source) -> list[str]:
+        return [self._source_reason(part)]
+
+    def visit_ModuleIn(self, part: ModuleIn) -> list[str]:
+        return self._module_reasons(part.globs, by_path=True, each=False)
+
+    def visit_EachModule(self, part: EachModule) -> list[str]:
+        return self._module_reasons(part.globs, by_path=True, each=True)
+
+    def visit_ClassIn(self, part: ClassIn) -> list[str]:
+        return self._module_reasons(part.globs, by_path=False, each=False)
+
+    def visit_EachClass(self, part: EachClass) -> list[str]:
+        return self._module_reasons(part.globs, by_path=False, each=True)
+
+    def _module_reasons(self, globs: tuple[str, ...], *, by_path: bool, each: bool) -> list[str]:
         classes: dict[str, str] = {}
         for view in self.views:
             classes.update(view.module_classes)
@@ -115,11 +155,11 @@ class RuleTally:
         names = sorted(p for p in classes if p) if by_path else sorted(set(classes.values()))
         what = "module" if by_path else "class"
         notes = []
-        for glob in part.globs:
-            matches = path_matcher((glob,)) if by_path else class_matcher((glob,))
+        for glob in globs:
+            matches = path_matcher((glob,)) if by_path else name_matcher((glob,))
             hits = [n for n in names if matches(n)]
             if not hits:
-                notes.append(self._missing(f"{what} {glob!r}", glob, names))
+                notes.append(_missing(f"{what} {glob!r}", glob, names))
                 continue
             called = {
                 (call.path if by_path else call.cls)
@@ -129,7 +169,7 @@ class RuleTally:
                 for call in chain
             }
             never = [n for n in hits if n not in called]
-            if isinstance(part, (EachModule, EachClass)) and never and len(never) == len(hits):
+            if each and never and len(never) == len(hits):
                 shown = ", ".join(never[:3])
                 notes.append(
                     f"{what} {glob!r} matches {shown}, whose forward never runs by itself (a container such as "
@@ -148,10 +188,11 @@ class RuleTally:
         if not lines:
             return f"source <{part.text()}> selects forward ops only, and these traces have no source lines (backward ops carry none)"
         files = sorted({name for name, _ in lines})
-        same = [line for name, line in lines if fnmatch.fnmatchcase(name, part.file) or fnmatch.fnmatchcase(name, "*/" + part.file)]
+        in_file = source_matcher(part.file)
+        same = [line for name, line in lines if in_file(name)]
         if not same:
             short = sorted({name.rsplit("/", 1)[-1] for name in files})
-            return self._missing(f"source file {part.file!r}", part.file, short)
+            return _missing(f"source file {part.file!r}", part.file, short)
         if any(part.first <= line <= part.last for line in same):
             return (
                 f"ops were recorded at {part.text()} in the forward trace, but the rule excludes them there; "
@@ -163,8 +204,7 @@ class RuleTally:
             "backward ops have no source line"
         )
 
-    @staticmethod
-    def _missing(what: str, name: str, candidates: list[str], verb: str = "matches nothing") -> str:
-        close = difflib.get_close_matches(name, candidates, n=3, cutoff=0.5)
-        hint = f" (nearest: {', '.join(close)})" if close else ""
-        return f"{what} {verb} in these traces{hint}"
+
+
+def _missing(what: str, name: str, candidates: list[str], verb: str = "matches nothing") -> str:
+    return f"{what} {verb} in these traces{nearest(name, candidates)}"

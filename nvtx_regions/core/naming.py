@@ -1,0 +1,56 @@
+"""The names and colours that eager and thunder profiles share, written once.
+
+``nvtx-regions compare`` lines an eager profile up with a thunder profile of
+the same model range by range, so both must name a module call's ranges, their
+NVTX category and colour, and their domain the same way. Every producer
+(the thunder transform, `annotate()`, the plan of ``each`` rules) and every
+reader (range art, reports) takes them from here.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+__all__ = [
+    "DEFAULT_DOMAIN", "BACKWARD_SUFFIX", "module_call_name", "range_message", "rule_category", "rule_color",
+]  # fmt: skip
+
+# The NVTX domain of our ranges unless the user names another (None: NVTX's default domain).
+DEFAULT_DOMAIN = "nvtx_regions"
+
+# What a module call's backward range adds to its forward range's message.
+BACKWARD_SUFFIX = " (backward)"
+
+
+def module_call_name(path: str, cls: str) -> str:
+    """A module call's range message in the forward pass: its path, or its class name for the root module."""
+    return path or cls
+
+
+def range_message(name: str, phase: str) -> str:
+    """The message of a module call's range in `phase` ("forward" or "backward")."""
+    return name + BACKWARD_SUFFIX if phase == "backward" else name
+
+
+class _NamedRule(Protocol):
+    label: str | None
+
+    @property
+    def written(self) -> str: ...
+
+
+def rule_category(rule: _NamedRule) -> str:
+    """The NVTX category of a rule's ranges: its label, else the rule as written."""
+    return rule.label or rule.written
+
+
+# Distinct, readable colours (ARGB), one per rule, cycling.
+_PALETTE = (
+    0xFF76B900, 0xFF1F77B4, 0xFFFF7F0E, 0xFFD62728, 0xFF9467BD,
+    0xFF8C564B, 0xFFE377C2, 0xFF17BECF, 0xFFBCBD22, 0xFF7F7F7F,
+)  # fmt: skip
+
+
+def rule_color(number: int) -> int:
+    """The colour of the ranges of the spec's rule number `number` (0-based)."""
+    return _PALETTE[number % len(_PALETTE)]

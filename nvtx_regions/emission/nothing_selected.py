@@ -1,0 +1,97 @@
+"""When the thunder transform says that a rule selected nothing: once per
+compilation, or under ThunderFX when asked (and at exit).
+
+A compilation is a forward trace and, when one follows, its backward; the
+check waits for the backward. ThunderFX compiles many subgraphs with one
+transform and gives no moment when all of them are done, so there the check
+waits for `NothingSelectedCheck.check` (the transform's ``check()``) and runs
+at exit for traces seen since.
+"""
+
+from __future__ import annotations
+
+import atexit
+import sys
+import weakref
+from typing import Any
+
+from ..attribution.thunder_internals import backward_follows, is_thunderfx_subgraph
+from ..attribution.traceview import TraceView
+from ..core.errors import SelectorError
+from ..selection.compile import CompiledSpec
+from ..selection.plan import Plan
+from ..selection.unselected import RuleTally
+
+__all__ = ["NothingSelectedCheck", "VIEWS_KEPT"]
+
+# Memory stays bounded however often thunder recompiles: the views of the
+# latest ThunderFX subgraphs are kept for the hints of check(); counts of
+# ranges cover every trace.
+VIEWS_KEPT = 32
+
+
+class NothingSelectedCheck:
+    """The "selected nothing" bookkeeping of one transform: ranges per rule over every trace seen."""
+
+    def __init__(self, compiled: CompiledSpec, *, strict: bool) -> None:
+        self.compiled = compiled
+        self.strict = strict
+        self.traces_seen = 0
+        self._ranges_seen = [0] * len(compiled.rules)
+        self._compilation: RuleTally | None = None  # a forward waiting for its backward
+        self._subgraphs: RuleTally | None = None
+        self._checked_at = 0  # how many traces `check()` last covered
+
+    def add(self, view: TraceView, plan: Plan, *, augmented_forward: bool) -> None:
+        """Count one trace's plan; report the rules of a finished compilation that selected nothing.
+
+        `augmented_forward`: the trace is a forward that thunder tagged as
+        saving values for a backward.
+        """
+        self.traces_seen += 1
+        self._ranges_seen = [a + b for a, b in zip(self._ranges_seen, plan.ranges_per_rule)]
+        if is_thunderfx_subgraph():
+            if self._subgraphs is None:
+                self._subgraphs = RuleTally(self.compiled)
+                atexit.register(_check_at_exit, weakref.ref(self))
+            self._subgraphs.add(plan, view)
+            # Views only feed the nearest-name hints; the latest ones are enough.
+            del self._subgraphs.views[:-VIEWS_KEPT]
+            return
+        if view.phase == "backward":
+            tally = self._compilation or RuleTally(self.compiled)
+            self._compilation = None
+            tally.add(plan, view)
+            tally.report(strict=self.strict, where="the forward and backward traces of this compilation")
+            return
+        if self._compilation is not None:
+            # The previous forward's backward never came.
+            pending, self._compilation = self._compilation, None
+            pending.report(strict=self.strict, where="the forward trace of the previous compilation")
+        tally = RuleTally(self.compiled)
+        tally.add(plan, view)
+        if augmented_forward and backward_follows():
+            self._compilation = tally
+        else:
+            tally.report(strict=self.strict, where="the forward trace of this compilation")
+
+    def check(self) -> None:
+        """Report rules that selected nothing in any trace seen (see `NvtxProfileTransform.check`)."""
+        if not self.traces_seen:
+            raise SelectorError("check(): this transform has not seen a trace yet; call the compiled function first")
+        self._checked_at = self.traces_seen
+        tally = RuleTally(self.compiled)
+        tally.ranges = list(self._ranges_seen)
+        if self._subgraphs is not None:
+            tally.views = list(self._subgraphs.views)
+        tally.report(strict=self.strict, where=f"any of the {self.traces_seen} traces seen")
+
+
+def _check_at_exit(ref: "weakref.ref[NothingSelectedCheck]") -> None:
+    # ThunderFX gives no "all subgraphs compiled" moment; warn at exit rather than never.
+    found: Any = ref()
+    if found is not None and found.traces_seen > found._checked_at:
+        try:
+            found.check()
+        except SelectorError as error:
+            print(f"nvtx_regions: {error}", file=sys.stderr)
