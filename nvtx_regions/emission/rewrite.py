@@ -46,6 +46,18 @@ _POP = _operator("nvtx_regions_pop", lambda a: f"{a[0]}({a[1]}); {a[2]}.pop()")
 _ENTER = _operator("nvtx_regions_push_enter", lambda a: f"{a[3]} = {a[2]}(globals(), {a[0]})  # {a[1]}")
 # The trace's last pop: (pop, domain, progress).
 _EXIT = _operator("nvtx_regions_pop_exit", lambda a: f"{a[0]}({a[1]}); {a[2]}.calls.remove({a[2]})")
+# Start/end ranges: (attributes, message as JSON, start, domain, progress, range number).
+_START = _operator("nvtx_regions_start", lambda a: f"{a[4]}.started[{a[5]}] = {a[2]}({a[0]}, {a[3]})  # {a[1]}")
+# (end, domain, progress, range number).
+_END = _operator("nvtx_regions_end", lambda a: f"{a[0]}({a[2]}.started.pop({a[3]}), {a[1]})")
+# The trace's first range, a start/end one: (attributes, message as JSON, enter, progress, range number).
+_ENTER_START = _operator(
+    "nvtx_regions_start_enter", lambda a: f"{a[3]} = {a[2]}(globals(), {a[0]}, {a[4]})  # {a[1]}"
+)
+# The trace's last end: (end, domain, progress, range number).
+_EXIT_END = _operator(
+    "nvtx_regions_end_exit", lambda a: f"{a[0]}({a[2]}.started.pop({a[3]}), {a[1]}); {a[2]}.calls.remove({a[2]})"
+)
 
 
 def annotate_trace(
@@ -63,10 +75,12 @@ def annotate_trace(
     serial = next_serial()
     prefix = f"nvtx_regions_{serial}"
     groups: dict[Any, RangesUnderGate] = {}
+    start_end = any(planned.style == "StartEnd" for planned in plan.ranges)
     for planned in plan.ranges:
         if planned.gate not in groups:
             n = len(groups)
-            groups[planned.gate] = RangesUnderGate(f"{prefix}_push_{n}", f"{prefix}_pop_{n}", planned.gate)
+            names = (f"{prefix}_start_{n}", f"{prefix}_end_{n}") if start_end else ("", "")
+            groups[planned.gate] = RangesUnderGate(f"{prefix}_push_{n}", f"{prefix}_pop_{n}", planned.gate, *names)
     numbers = {key: n for n, key in enumerate(groups)}
     enter_name, exit_name = f"{prefix}_push_enter", f"{prefix}_pop_exit"
     domain_name, progress = f"{prefix}_domain", f"{prefix}_open"
@@ -77,6 +91,9 @@ def annotate_trace(
         exit_name=exit_name,
         domain_name=domain_name,
         progress_name=progress,
+        start_end_groups={
+            number: numbers[planned.gate] for number, planned in enumerate(plan.ranges) if planned.style == "StartEnd"
+        },
     )
     functions = runtime.initial_globals()
 
@@ -87,10 +104,6 @@ def annotate_trace(
     open_ends: list[int] = []  # ends of the ranges enclosing the current one
     for number, planned in enumerate(plan.ranges):
         message = planned.label if planned.label is not None else op_message(planned.start, bsyms[planned.start])
-        while open_ends and open_ends[-1] < planned.start:
-            open_ends.pop()
-        emitted.append((len(open_ends), message))
-        open_ends.append(planned.end)
         rule = compiled.rules[planned.rules[0]]
         attributes = domain.attributes(message, color=rule_color(rule.number), category=rule_category(rule.rule))
         attr_name = f"{prefix}_attr_{number}"
@@ -101,6 +114,26 @@ def annotate_trace(
             domain_name: functions[domain_name],
         }
         quoted = json.dumps(message, ensure_ascii=False)
+        if planned.style == "StartEnd":
+            # Not on the thread's stack: no depth (None), and nothing nests in it.
+            emitted.append((None, message))
+            context = {group.start_name: functions[group.start_name], group.end_name: functions[group.end_name], **context}
+            if number == 0:
+                start = bind_with_globals(
+                    _ENTER_START, (attr_name, quoted, enter_name, progress, number),
+                    {enter_name: runtime.enter, attr_name: attributes, **context},
+                )  # fmt: skip
+            else:
+                args = (attr_name, quoted, group.start_name, domain_name, progress, number)
+                start = bind_with_globals(_START, args, {attr_name: attributes, **context})
+            pushes.setdefault(planned.start, []).append(start)
+            end = bind_with_globals(_END, (group.end_name, domain_name, progress, number), context)
+            pops.setdefault(planned.end, []).append((end, context))
+            continue
+        while open_ends and open_ends[-1] < planned.start:
+            open_ends.pop()
+        emitted.append((len(open_ends), message))
+        open_ends.append(planned.end)
         if number == 0:
             push = bind_with_globals(
                 _ENTER, (attr_name, quoted, enter_name, progress), {enter_name: runtime.enter, attr_name: attributes, **context}
@@ -111,10 +144,12 @@ def annotate_trace(
         pushes.setdefault(planned.start, []).append(push)
         pop = bind_with_globals(_POP, (group.pop_name, domain_name, progress), context)
         pops.setdefault(planned.end, []).insert(0, (pop, context))
-    # The trace's last pop: at the latest end, the last of that list (the outermost range).
+    # The trace's last pop: at the latest end, the last of that list (the outermost
+    # range, or a start/end range: those end after the pops at the same place).
     end_pops = pops[max(pops)]
     last_pop, context = end_pops[-1]
-    end_pops[-1] = (bind_with_globals(_EXIT, last_pop.args, context), context)
+    final = _EXIT_END if last_pop.sym is _END else _EXIT
+    end_pops[-1] = (bind_with_globals(final, last_pop.args, context), context)
 
     new_bsyms: list[BoundSymbol] = []
     for index, bsym in enumerate(bsyms):

@@ -12,6 +12,12 @@ registered string, and the domain's C handle. Pops read
 With no NVTX tool attached
 the nvtx package hands out a dummy domain, and push and pop are C no-ops.
 
+A start/end range (a module call whose range crosses another: see
+`selection.plan`) reads ``nvtx_regions_3_open.started[5] = nvtx_regions_3_start_0(nvtx_regions_3_attr_5,
+nvtx_regions_3_domain)`` and ends with ``nvtx_regions_3_end_0(nvtx_regions_3_open.started.pop(5),
+nvtx_regions_3_domain)``: NVTX's range id waits in the call's progress, under
+the range's number, so a call that raised leaves behind what must be ended too.
+
 Each call records its own progress in a list that is a local of the
 generated function (the *progress* list): every push line appends its group's
 number, every pop line pops one, both plain C calls on a list. So the list
@@ -23,7 +29,7 @@ The trace's first push is `TraceRuntime.enter`, a Python call once per call of
 the trace, which returns the progress list. The last pop removes the list from
 this thread's calls in flight, again with C calls only. So the trace gains
 exactly two bound symbols per range. `enter`:
-- pops the ranges that a previous call on this thread, of any trace with the
+- pops (and ends) the ranges that a previous call on this thread, of any trace with the
   same NVTX domain, left open when an op raised (the progress lists of calls
   that never ended and are no longer executing). Any trace: after an error the
   next call often compiles anew (another batch size), and NVTX stacks are per
@@ -55,6 +61,24 @@ __all__ = ["Domain", "TraceRuntime", "current_rank", "DEFAULT_DOMAIN"]
 # push+pop pair, where `slice` (which allocates) took ~180 ns.
 _SKIP_PUSH = {}.get
 _SKIP_POP = id
+
+
+def _start_end(handle: Any) -> tuple[Any, Any]:
+    """(start, end) for the lines ``id = start(attributes, domain)`` and ``end(id, domain)``:
+    the nvtx package's C functions for start/end ranges, like `_push_pop`."""
+    if not hasattr(handle, "handle"):
+        return _SKIP_START, _SKIP_END
+    try:
+        from nvtx._lib.lib import end_range, start_range
+    except ImportError:
+        return (lambda attributes, _: handle.start_range(attributes)), (lambda range_id, _: handle.end_range(range_id))
+    return start_range, end_range
+
+
+# Start/end stand-ins when a gate is closed: `start` gives back its second
+# argument (the domain), which `end` ignores.
+_SKIP_START = {}.get
+_SKIP_END = {}.get
 
 
 def _push_pop(handle: Any) -> tuple[Any, Any, Any]:
@@ -117,6 +141,9 @@ class RangesUnderGate:
     push_name: str
     pop_name: str
     gate: frozenset[Gate] | None  # None: always on
+    # The globals that start and end this gate's start/end ranges ("": it has none).
+    start_name: str = ""
+    end_name: str = ""
 
     def is_open(self, rank: int, step: int) -> bool:
         return self.gate is None or any(g.is_open(rank, step) for g in self.gate)
@@ -129,7 +156,7 @@ class Progress(list):
     frame and no longer. Exactly one thread appends to it.
     """
 
-    __slots__ = ("runtime", "calls", "live")
+    __slots__ = ("runtime", "calls", "live", "started")
     # The last pop finds this call among the calls in flight with list.remove,
     # which compares with ==: a call is equal only to itself, not to another
     # call with the same ranges open.
@@ -139,6 +166,9 @@ class Progress(list):
     runtime: TraceRuntime
     calls: list[Progress]  # this thread's calls in flight in the domain, outermost first
     live: tuple[bool, ...]  # per group: on in this call (gates are decided when it starts)
+    # Start/end ranges the call has started and not ended: range number -> NVTX range id
+    # (set only in traces that have start/end ranges).
+    started: dict[int, Any]
 
 
 _thread_states: dict[str | None, threading.local] = {}
@@ -172,8 +202,12 @@ class TraceRuntime:
         exit_name: str,
         domain_name: str,
         progress_name: str,
+        start_end_groups: dict[int, int] | None = None,
     ) -> None:
         self.domain = domain
+        # Range number -> group number, of each start/end range of the trace.
+        self.start_end_groups = start_end_groups or {}
+        self._start, self._end = _start_end(domain.handle)
         self.domain_name = domain_name  # the global that holds the domain argument
         self.progress_name = progress_name  # the local that holds the call's `Progress`
         self._push, self._pop, self._domain_arg = _push_pop(domain.handle)
@@ -193,10 +227,14 @@ class TraceRuntime:
             on = group.gate is None
             values[group.push_name] = self._push if on else _SKIP_PUSH
             values[group.pop_name] = self._pop if on else _SKIP_POP
+            if group.start_name:
+                values[group.start_name] = self._start if on else _SKIP_START
+                values[group.end_name] = self._end if on else _SKIP_END
         return values
 
-    def enter(self, function_globals: dict[str, Any], attributes: Any) -> Progress:
-        """Start a call: recover, apply gates, push the trace's first range; return the call's progress."""
+    def enter(self, function_globals: dict[str, Any], attributes: Any, started: int | None = None) -> Progress:
+        """Start a call: recover, apply gates, push the trace's first range (start it,
+        for a start/end range: `started` is its number); return the call's progress."""
         state = self._state
         try:
             calls = state.calls
@@ -206,10 +244,15 @@ class TraceRuntime:
             _recover(calls)
         if self._gated:
             self._apply_gates(function_globals)
-        progress = Progress((0,))
+        progress = Progress((0,) if started is None else ())
         progress.runtime, progress.calls, progress.live = self, calls, self._live
         calls.append(progress)
-        function_globals[self.groups[0].push_name](attributes, self._domain_arg)
+        if self.start_end_groups:
+            progress.started = {}
+        if started is None:
+            function_globals[self.groups[0].push_name](attributes, self._domain_arg)
+        else:
+            progress.started[started] = function_globals[self.groups[0].start_name](attributes, self._domain_arg)
         return progress
 
     def _live_flags(self) -> tuple[bool, ...]:
@@ -226,6 +269,9 @@ class TraceRuntime:
                 self._open[group.push_name] = now
                 function_globals[group.push_name] = self._push if now else _SKIP_PUSH
                 function_globals[group.pop_name] = self._pop if now else _SKIP_POP
+                if group.start_name:
+                    function_globals[group.start_name] = self._start if now else _SKIP_START
+                    function_globals[group.end_name] = self._end if now else _SKIP_END
                 changed = True
         if changed:
             self._live = self._live_flags()
@@ -248,6 +294,11 @@ def _recover(calls: list[Progress]) -> None:
         for group in progress:
             if live[group]:
                 runtime._pop(runtime._domain_arg)
+        if runtime.start_end_groups:  # a failed call must not leave a start/end range open forever
+            groups = runtime.start_end_groups
+            for number, range_id in progress.started.items():
+                if live[groups[number]]:
+                    runtime._end(range_id, runtime._domain_arg)
 
 
 def _executing(progress: Progress) -> bool:

@@ -38,6 +38,8 @@ class RuleInTrace:
     saved_by: tuple[tuple[str, ...], ...]  # per selected backward op: its forward origins (modules.backward_origins)
     modules: tuple[str | None, ...] = ()  # per selected op: the module it is attributed to
     calls: tuple[tuple[str, int, int, int], ...] = ()  # `each` rules: (message, first, last, ops) per module call
+    # Per call: None for a push/pop range; for a start/end range, why (the range it crosses).
+    start_end: tuple[str | None, ...] = ()
 
 
 @dataclass
@@ -60,8 +62,10 @@ class Explanation:
                 if found.region is not None:
                     head += f", ops #{found.region[0]}..#{found.region[1]} ({len(found.selected)} ops)"
                 out.append(head)
-                for message, first, last, count in found.calls[: self.max_ops]:
-                    out.append(f"    {message}: ops #{first}..#{last} ({count} op{'s' * (count != 1)})")
+                whys = found.start_end or (None,) * len(found.calls)
+                for (message, first, last, count), why in list(zip(found.calls, whys))[: self.max_ops]:
+                    style = "" if why is None else f"; start/end range: {why}"
+                    out.append(f"    {message}: ops #{first}..#{last} ({count} op{'s' * (count != 1)}){style}")
                 if len(found.calls) > self.max_ops:
                     out.append(f"    ... {len(found.calls) - self.max_ops} more calls")
                 rows = list(zip(found.selected, found.lines, found.saved_by, found.modules))
@@ -164,6 +168,8 @@ def _rule_in_trace(rule: CompiledRule, view: TraceView, plan: Plan) -> RuleInTra
     chains = view.module_chains
     modules = tuple((chains[p][-1].name if chains[p] else None) for p in selected)
     calls = tuple((span.label, span.first, span.last, bin(span.positions).count("1")) for span in ranges.calls)
+    whys = {(r.label, r.start): r.why for r in plan.ranges if r.style == "StartEnd" and rule.number in r.rules}
+    start_end = tuple(whys.get((span.label, view.ops[span.first].index)) for span in ranges.calls)
     return RuleInTrace(
-        view.name, view.phase, ranges.ranges, region, selected, lines, tuple(saved_by), modules, calls
+        view.name, view.phase, ranges.ranges, region, selected, lines, tuple(saved_by), modules, calls, start_end
     )

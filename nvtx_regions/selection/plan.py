@@ -8,14 +8,19 @@ Promises:
   module calls of one ``each`` rule with the same extent nest as the module tree.
 - An ``each`` rule gives one region per matching module call, from its first to
   its last op, even when ops of other calls lie in between.
-- Regions that partially overlap raise `SelectorError` naming both rules,
-  because NVTX push/pop ranges must nest.
+- NVTX push/pop ranges must nest. Where a module call's range of an ``each``
+  rule partially overlaps another range, the overlap is thunder's scheduling
+  (it interleaved the calls' ops), not the user's text: that call's range
+  becomes a start/end range (``style="StartEnd"``, which may overlap; `why`
+  names the range it crosses), and so does the other range if it is a module
+  call too. Two regions the user wrote (``between``) that partially overlap
+  raise `SelectorError` naming both rules. The push/pop ranges left nest.
 - `ranges` are in push order: at a given bound symbol, outer before inner.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from ..attribution.traceview import Phase, TraceView
@@ -36,6 +41,8 @@ class PlannedRange:
     rules: tuple[int, ...]  # numbers of the rules that asked for it
     label: str | None  # the region's message; None for an op range
     gate: GateKey
+    style: Literal["PushPop", "StartEnd"] = "PushPop"  # as Nsight names NVTX's two kinds of range
+    why: str | None = None  # for a start/end range: the range it crosses
 
 
 @dataclass(frozen=True)
@@ -88,7 +95,7 @@ def make_plan(spec: CompiledSpec, view: TraceView) -> Plan:
                 op_rules.setdefault(position, []).append(rule.number)
 
     regions.sort(key=lambda item: item[:4])
-    _check_nesting([item[4] for item in regions], spec, view)
+    nested = _start_end_where_calls_cross([item[4] for item in regions], spec, view)
 
     gates = {rule.number: rule.gate for rule in spec.rules}
     op_ranges = []
@@ -101,32 +108,48 @@ def make_plan(spec: CompiledSpec, view: TraceView) -> Plan:
 
     # Push order: by start; at the same start, regions (outer to inner) before the op.
     ordered = sorted(
-        [item[4] for item in regions] + op_ranges,
+        nested + op_ranges,
         key=lambda r: (r.start, r.kind == "op", -r.end, r.rules[0]),
     )
     return Plan(view.phase, view.name, tuple(ordered), tuple(per_rule))
 
 
-def _check_nesting(regions: list[PlannedRange], spec: CompiledSpec, view: TraceView) -> None:
-    stack: list[PlannedRange] = []
-    for region in regions:
-        while stack and stack[-1].end < region.start:
-            stack.pop()
-        if stack and stack[-1].end < region.end:
-            outer = spec.rules[stack[-1].rules[0]]
-            inner = spec.rules[region.rules[0]]
-            if outer.per_module_call or inner.per_module_call:
+def _start_end_where_calls_cross(regions: list[PlannedRange], spec: CompiledSpec, view: TraceView) -> list[PlannedRange]:
+    """`regions` (sorted outer first), with the module-call ranges that cross
+    another range made start/end ranges (see the module doc).
+
+    Raises `SelectorError` where two regions the user wrote cross.
+    """
+    crossed: dict[int, PlannedRange] = {}  # region's position in `regions` -> a range it crosses
+    for i, outer in enumerate(regions):
+        for j in range(i + 1, len(regions)):
+            inner = regions[j]
+            if inner.start > outer.end:
+                break
+            if inner.end <= outer.end:
+                continue
+            first, second = spec.rules[outer.rules[0]], spec.rules[inner.rules[0]]
+            if not (first.per_module_call or second.per_module_call):
                 raise SelectorError(
-                    f"the ranges {stack[-1].label!r} ({outer.describe()}) and {region.label!r} "
-                    f"({inner.describe()}) overlap without nesting in the {view.phase} trace {view.name!r} "
-                    f"(bound symbols {stack[-1].start}..{stack[-1].end} and {region.start}..{region.end}): "
-                    "thunder interleaved their ops, and NVTX ranges must nest; select one of them, "
-                    "or restrict the rule with 'and forward' / 'and backward'"
+                    f"{first.describe()} and {second.describe()} overlap without nesting in the "
+                    f"{view.phase} trace {view.name!r} (bound symbols {outer.start}..{outer.end} "
+                    f"and {inner.start}..{inner.end}); NVTX ranges must nest, so make one region "
+                    "contain the other or keep them apart"
                 )
-            raise SelectorError(
-                f"{outer.describe()} and {inner.describe()} overlap without nesting in the "
-                f"{view.phase} trace {view.name!r} (bound symbols {stack[-1].start}..{stack[-1].end} "
-                f"and {region.start}..{region.end}); NVTX ranges must nest, so make one region "
-                "contain the other or keep them apart"
-            )
-        stack.append(region)
+            if first.per_module_call:
+                crossed.setdefault(i, inner)
+            if second.per_module_call:
+                crossed.setdefault(j, outer)
+    if not crossed:
+        return regions
+    return [
+        replace(
+            region,
+            style="StartEnd",
+            why=f"crosses {crossed[n].label!r} (bound symbols {crossed[n].start}..{crossed[n].end}): "
+            "thunder interleaved their ops",
+        )
+        if n in crossed
+        else region
+        for n, region in enumerate(regions)
+    ]
