@@ -48,15 +48,15 @@ _ENTER = _operator("nvtx_regions_push_enter", lambda a: f"{a[3]} = {a[2]}(global
 _EXIT = _operator("nvtx_regions_pop_exit", lambda a: f"{a[0]}({a[1]}); {a[2]}.calls.remove({a[2]})")
 # Start/end ranges: (attributes, message as JSON, start, domain, progress, range number).
 _START = _operator("nvtx_regions_start", lambda a: f"{a[4]}.started[{a[5]}] = {a[2]}({a[0]}, {a[3]})  # {a[1]}")
-# (end, domain, progress, range number).
-_END = _operator("nvtx_regions_end", lambda a: f"{a[0]}({a[2]}.started.pop({a[3]}), {a[1]})")
+# (end, domain, progress, range number); `started` holds end's arguments (see runtime).
+_END = _operator("nvtx_regions_end", lambda a: f"{a[0]}(*{a[2]}.started.pop({a[3]}))")
 # The trace's first range, a start/end one: (attributes, message as JSON, enter, progress, range number).
 _ENTER_START = _operator(
     "nvtx_regions_start_enter", lambda a: f"{a[3]} = {a[2]}(globals(), {a[0]}, {a[4]})  # {a[1]}"
 )
 # The trace's last end: (end, domain, progress, range number).
 _EXIT_END = _operator(
-    "nvtx_regions_end_exit", lambda a: f"{a[0]}({a[2]}.started.pop({a[3]}), {a[1]}); {a[2]}.calls.remove({a[2]})"
+    "nvtx_regions_end_exit", lambda a: f"{a[0]}(*{a[2]}.started.pop({a[3]})); {a[2]}.calls.remove({a[2]})"
 )
 
 

@@ -14,9 +14,10 @@ the nvtx package hands out a dummy domain, and push and pop are C no-ops.
 
 A start/end range (a module call whose range crosses another: see
 `selection.plan`) reads ``nvtx_regions_3_open.started[5] = nvtx_regions_3_start_0(nvtx_regions_3_attr_5,
-nvtx_regions_3_domain)`` and ends with ``nvtx_regions_3_end_0(nvtx_regions_3_open.started.pop(5),
-nvtx_regions_3_domain)``: NVTX's range id waits in the call's progress, under
-the range's number, so a call that raised leaves behind what must be ended too.
+nvtx_regions_3_domain)`` and ends with ``nvtx_regions_3_end_0(*nvtx_regions_3_open.started.pop(5))``:
+nvtx's ``start_range`` gives the range id with the domain, and they wait in
+the call's progress under the range's number, so a call that raised leaves
+behind what must be ended too.
 
 Each call records its own progress in a list that is a local of the
 generated function (the *progress* list): every push line appends its group's
@@ -64,21 +65,24 @@ _SKIP_POP = id
 
 
 def _start_end(handle: Any) -> tuple[Any, Any]:
-    """(start, end) for the lines ``id = start(attributes, domain)`` and ``end(id, domain)``:
+    """(start, end) for the lines ``started = start(attributes, domain)`` and ``end(*started)``:
     the nvtx package's C functions for start/end ranges, like `_push_pop`."""
     if not hasattr(handle, "handle"):
         return _SKIP_START, _SKIP_END
     try:
         from nvtx._lib.lib import end_range, start_range
     except ImportError:
-        return (lambda attributes, _: handle.start_range(attributes)), (lambda range_id, _: handle.end_range(range_id))
-    return start_range, end_range
+        return (lambda attributes, _: (handle.start_range(attributes), None)), (lambda range_id, _: handle.end_range(range_id))
+    return start_range, end_range  # start_range gives (range id, domain handle): end_range's arguments
 
 
-# Start/end stand-ins when a gate is closed: `start` gives back its second
-# argument (the domain), which `end` ignores.
-_SKIP_START = {}.get
-_SKIP_END = {}.get
+def _SKIP_START(attributes: Any, domain: Any) -> tuple[int, None]:
+    """Start/end stand-in when a gate is closed or no tool is attached: nvtx's
+    `start_range` gives ``(range id, domain)``, which the end line unpacks."""
+    return (0, None)
+
+
+_SKIP_END = {}.get  # takes the (0, None) that _SKIP_START gave
 
 
 def _push_pop(handle: Any) -> tuple[Any, Any, Any]:
@@ -166,8 +170,8 @@ class Progress(list):
     runtime: TraceRuntime
     calls: list[Progress]  # this thread's calls in flight in the domain, outermost first
     live: tuple[bool, ...]  # per group: on in this call (gates are decided when it starts)
-    # Start/end ranges the call has started and not ended: range number -> NVTX range id
-    # (set only in traces that have start/end ranges).
+    # Start/end ranges the call has started and not ended: range number -> (NVTX range
+    # id, domain handle), what `end` takes (set only in traces that have start/end ranges).
     started: dict[int, Any]
 
 
@@ -296,9 +300,9 @@ def _recover(calls: list[Progress]) -> None:
                 runtime._pop(runtime._domain_arg)
         if runtime.start_end_groups:  # a failed call must not leave a start/end range open forever
             groups = runtime.start_end_groups
-            for number, range_id in progress.started.items():
+            for number, started in progress.started.items():
                 if live[groups[number]]:
-                    runtime._end(range_id, runtime._domain_arg)
+                    runtime._end(*started)
 
 
 def _executing(progress: Progress) -> bool:
