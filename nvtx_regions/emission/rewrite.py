@@ -2,11 +2,12 @@
 and pop bound symbols around the planned ranges.
 
 The trace changes only by gaining bound symbols: one push and one pop per
-range (the first push and the last pop of a trace also start and end the call,
-see `runtime`). Pops are placed right after the range's last bound symbol, so
-every pop comes before the ``return``.
+range (a start and an end for a start/end range; the first push and the last
+pop of a trace also start and end the call, see `runtime`). Pops are placed
+right after the range's last bound symbol, so every pop comes before the
+``return``.
 
-The four operators are registered once, at import, tagged so that dead-code
+The operators are registered once, at import, tagged so that dead-code
 elimination keeps them (they have no outputs). What differs per trace (the
 names of its globals) travels in each bound symbol's arguments, and the
 printed line calls those globals.
@@ -38,25 +39,28 @@ def _operator(name: str, line: Callable[[tuple], str]) -> Symbol:
     return Symbol(name=name, id=name, meta=None, is_prim=True, tags=(OpTags.DONT_DCE,), python_printer=python_printer)
 
 
-# Arguments: (attributes, message as JSON, push, domain, progress, group number) -- globals' names but the last two.
-_PUSH = _operator("nvtx_regions_push", lambda a: f"{a[2]}({a[0]}, {a[3]}); {a[4]}.append({a[5]})  # {a[1]}")
-# Arguments: (pop, domain, progress).
-_POP = _operator("nvtx_regions_pop", lambda a: f"{a[0]}({a[1]}); {a[2]}.pop()")
-# The trace's first push: (attributes, message as JSON, enter, progress).
-_ENTER = _operator("nvtx_regions_push_enter", lambda a: f"{a[3]} = {a[2]}(globals(), {a[0]})  # {a[1]}")
+# Each push and pop line also stores its *point* (its number among the trace's
+# push and pop lines) in the call's position cell, a one-item list: a
+# specialized list store, where a call that raised shows how far it got (see runtime).
+# Arguments: (attributes, message as JSON, push, domain, cell, point) -- globals' names but the last two.
+_PUSH = _operator("nvtx_regions_push", lambda a: f"{a[2]}({a[0]}, {a[3]}); {a[4]}[0] = {a[5]}  # {a[1]}")
+# Arguments: (pop, domain, cell, point).
+_POP = _operator("nvtx_regions_pop", lambda a: f"{a[0]}({a[1]}); {a[2]}[0] = {a[3]}")
+# The trace's first push: (attributes, message as JSON, enter, progress, cell).
+_ENTER = _operator("nvtx_regions_push_enter", lambda a: f"{a[3]} = {a[2]}(globals(), {a[0]}); {a[4]} = {a[3]}.at  # {a[1]}")
 # The trace's last pop: (pop, domain, progress).
 _EXIT = _operator("nvtx_regions_pop_exit", lambda a: f"{a[0]}({a[1]}); {a[2]}.calls.remove({a[2]})")
 # Start/end ranges: (attributes, message as JSON, start, domain, progress, range number).
 _START = _operator("nvtx_regions_start", lambda a: f"{a[4]}.started[{a[5]}] = {a[2]}({a[0]}, {a[3]})  # {a[1]}")
-# (end, domain, progress, range number); `started` holds end's arguments (see runtime).
-_END = _operator("nvtx_regions_end", lambda a: f"{a[0]}(*{a[2]}.started.pop({a[3]}))")
-# The trace's first range, a start/end one: (attributes, message as JSON, enter, progress, range number).
+# (end, progress, range number); `started` holds end's arguments (see runtime).
+_END = _operator("nvtx_regions_end", lambda a: f"{a[0]}(*{a[1]}.started.pop({a[2]}))")
+# The trace's first range, a start/end one: (attributes, message as JSON, enter, progress, cell, range number).
 _ENTER_START = _operator(
-    "nvtx_regions_start_enter", lambda a: f"{a[3]} = {a[2]}(globals(), {a[0]}, {a[4]})  # {a[1]}"
+    "nvtx_regions_start_enter", lambda a: f"{a[3]} = {a[2]}(globals(), {a[0]}, {a[5]}); {a[4]} = {a[3]}.at  # {a[1]}"
 )
-# The trace's last end: (end, domain, progress, range number).
+# The trace's last end: (end, progress, range number).
 _EXIT_END = _operator(
-    "nvtx_regions_end_exit", lambda a: f"{a[0]}(*{a[2]}.started.pop({a[3]})); {a[2]}.calls.remove({a[2]})"
+    "nvtx_regions_end_exit", lambda a: f"{a[0]}(*{a[1]}.started.pop({a[2]})); {a[1]}.calls.remove({a[1]})"
 )
 
 
@@ -66,9 +70,9 @@ def annotate_trace(
     compiled: CompiledSpec,
     domain: Domain,
     op_message: Callable[[int, BoundSymbol], str],
-) -> tuple[TraceCtx, list[tuple[int, str]]]:
+) -> tuple[TraceCtx, list[tuple[int | None, str]]]:
     """`trace` with the ranges of `plan` (which must not be empty), and the
-    (depth, message) of each range in push order.
+    (depth, message) of each range in push order (depth None: a start/end range).
 
     `op_message(index, bsym)` is the message of a per-op range around bound symbol `index`.
     """
@@ -83,7 +87,38 @@ def annotate_trace(
             groups[planned.gate] = RangesUnderGate(f"{prefix}_push_{n}", f"{prefix}_pop_{n}", planned.gate, *names)
     numbers = {key: n for n, key in enumerate(groups)}
     enter_name, exit_name = f"{prefix}_push_enter", f"{prefix}_pop_exit"
-    domain_name, progress = f"{prefix}_domain", f"{prefix}_open"
+    domain_name, progress, cell = f"{prefix}_domain", f"{prefix}_open", f"{prefix}_at"
+
+    # Where each range's lines go: before its first bound symbol, after its last.
+    before: dict[int, list[int]] = {}
+    after: dict[int, list[int]] = {}
+    for number, planned in enumerate(plan.ranges):
+        before.setdefault(planned.start, []).append(number)
+        ends = after.setdefault(planned.end, [])
+        if planned.style == "StartEnd":
+            ends.append(number)  # after the pops at the same place: it need not nest
+        else:
+            ends.insert(0, number)  # inner ranges (later in push order) pop first
+    last = after[max(after)][-1]
+    # The groups of the push/pop ranges open after each point (`runtime.TraceRuntime.open_after`);
+    # point 0 is `enter`'s.
+    first = plan.ranges[0]
+    open_after: list[tuple[int, ...]] = [() if first.style == "StartEnd" else (numbers[first.gate],)]
+    stack: list[int] = []
+    points: dict[tuple[str, int], int] = {}
+    for index in range(len(trace.bound_symbols)):
+        for kind, found in (("push", before.get(index, ())), ("pop", after.get(index, ()))):
+            for number in found:
+                if plan.ranges[number].style == "StartEnd":
+                    continue
+                if kind == "push":
+                    stack.append(numbers[plan.ranges[number].gate])
+                else:
+                    stack.pop()
+                if (kind == "push" and number == 0) or (kind == "pop" and number == last):
+                    continue  # enter's push is point 0; exit's pop needs no point
+                points[(kind, number)] = len(open_after)
+                open_after.append(tuple(stack))
     runtime = TraceRuntime(
         domain,
         list(groups.values()),
@@ -94,13 +129,14 @@ def annotate_trace(
         start_end_groups={
             number: numbers[planned.gate] for number, planned in enumerate(plan.ranges) if planned.style == "StartEnd"
         },
+        open_after=open_after,
     )
     functions = runtime.initial_globals()
 
     bsyms = trace.bound_symbols
-    emitted: list[tuple[int, str]] = []
-    pushes: dict[int, list[BoundSymbol]] = {}
-    pops: dict[int, list[tuple[BoundSymbol, dict[str, Any]]]] = {}
+    emitted: list[tuple[int | None, str]] = []
+    starts: dict[int, BoundSymbol] = {}
+    ends: dict[int, BoundSymbol] = {}
     open_ends: list[int] = []  # ends of the ranges enclosing the current one
     for number, planned in enumerate(plan.ranges):
         message = planned.label if planned.label is not None else op_message(planned.start, bsyms[planned.start])
@@ -119,43 +155,38 @@ def annotate_trace(
             emitted.append((None, message))
             context = {group.start_name: functions[group.start_name], group.end_name: functions[group.end_name], **context}
             if number == 0:
-                start = bind_with_globals(
-                    _ENTER_START, (attr_name, quoted, enter_name, progress, number),
+                starts[number] = bind_with_globals(
+                    _ENTER_START, (attr_name, quoted, enter_name, progress, cell, number),
                     {enter_name: runtime.enter, attr_name: attributes, **context},
                 )  # fmt: skip
             else:
                 args = (attr_name, quoted, group.start_name, domain_name, progress, number)
-                start = bind_with_globals(_START, args, {attr_name: attributes, **context})
-            pushes.setdefault(planned.start, []).append(start)
-            end = bind_with_globals(_END, (group.end_name, domain_name, progress, number), context)
-            pops.setdefault(planned.end, []).append((end, context))
+                starts[number] = bind_with_globals(_START, args, {attr_name: attributes, **context})
+            operator = _EXIT_END if number == last else _END
+            ends[number] = bind_with_globals(operator, (group.end_name, progress, number), context)
             continue
         while open_ends and open_ends[-1] < planned.start:
             open_ends.pop()
         emitted.append((len(open_ends), message))
         open_ends.append(planned.end)
         if number == 0:
-            push = bind_with_globals(
-                _ENTER, (attr_name, quoted, enter_name, progress), {enter_name: runtime.enter, attr_name: attributes, **context}
-            )
+            starts[number] = bind_with_globals(
+                _ENTER, (attr_name, quoted, enter_name, progress, cell),
+                {enter_name: runtime.enter, attr_name: attributes, **context},
+            )  # fmt: skip
         else:
-            args = (attr_name, quoted, group.push_name, domain_name, progress, numbers[planned.gate])
-            push = bind_with_globals(_PUSH, args, {attr_name: attributes, **context})
-        pushes.setdefault(planned.start, []).append(push)
-        pop = bind_with_globals(_POP, (group.pop_name, domain_name, progress), context)
-        pops.setdefault(planned.end, []).insert(0, (pop, context))
-    # The trace's last pop: at the latest end, the last of that list (the outermost
-    # range, or a start/end range: those end after the pops at the same place).
-    end_pops = pops[max(pops)]
-    last_pop, context = end_pops[-1]
-    final = _EXIT_END if last_pop.sym is _END else _EXIT
-    end_pops[-1] = (bind_with_globals(final, last_pop.args, context), context)
+            args = (attr_name, quoted, group.push_name, domain_name, cell, points[("push", number)])
+            starts[number] = bind_with_globals(_PUSH, args, {attr_name: attributes, **context})
+        if number == last:
+            ends[number] = bind_with_globals(_EXIT, (group.pop_name, domain_name, progress), context)
+        else:
+            ends[number] = bind_with_globals(_POP, (group.pop_name, domain_name, cell, points[("pop", number)]), context)
 
     new_bsyms: list[BoundSymbol] = []
     for index, bsym in enumerate(bsyms):
-        new_bsyms.extend(pushes.get(index, ()))
+        new_bsyms.extend(starts[number] for number in before.get(index, ()))
         new_bsyms.append(bsym)
-        new_bsyms.extend(pop for pop, _ in pops.get(index, ()))
+        new_bsyms.extend(ends[number] for number in after.get(index, ()))
     annotated = from_trace(trace)
     annotated.bound_symbols = new_bsyms
     return annotated, emitted
