@@ -72,7 +72,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
 
-    from nvtx_regions.commands.capture import convert
+    from nvtx_regions.capture.directory import write_directory_trace
     from nvtx_regions.testing import build_tool
 
     tool = build_tool()
@@ -96,7 +96,7 @@ def main() -> None:
         size_small = sum(p.stat().st_size for p in Path(directory).glob("*.jsonl"))
         started = time.perf_counter()
         with open(os.devnull, "w") as sink:
-            convert(Path(directory), sink)
+            write_directory_trace(Path(directory), sink)
         convert_ns = (time.perf_counter() - started) * 1e9 / (2 * args.pairs)
         for stale in Path(directory).glob("*.jsonl"):
             stale.unlink()

@@ -11,6 +11,9 @@ and ``id``), so only the lines' own cost shows:
   ``...; progress.pop()``;
 - ``position cell``: the lines now, ``...; at[0] = 7`` (see emission/runtime.py).
 
+A small, cache-resident function: it shows the lines' own cost, not what a
+large trace adds through the cache (see emission/rewrite.py `_store_point`).
+
 Prints ns per range (a push line and a pop line) for each, and the extra cost
 of each kind of bookkeeping over ``bare``; median of interleaved repeats.
 """
@@ -27,14 +30,16 @@ REPEATS = 41
 
 
 def build(kind: str):
-    lines = ["def step(push, pop, attributes, domain):", "  progress = []", "  at = [0]"]
+    lines = ["def step(push, pop, attributes, domain):", "  progress = []", "  at = [0, 0]"]
     for k in range(RANGES):
         if kind == "bare":
             lines += ["  push(attributes, domain)", "  pop(domain)"]
         elif kind == "progress list":
             lines += ["  push(attributes, domain); progress.append(0)", "  pop(domain); progress.pop()"]
-        else:
-            lines += [f"  push(attributes, domain); at[0] = {2 * k + 1}", f"  pop(domain); at[0] = {2 * k + 2}"]
+        else:  # as emission/rewrite.py writes them: the low byte, and the rest every 256 points
+            for point, call in ((2 * k + 1, "push(attributes, domain)"), (2 * k + 2, "pop(domain)")):
+                high = f"at[1] = {point >> 8}; " if point & 255 == 0 else ""
+                lines.append(f"  {call}; {high}at[0] = {point & 255}")
     namespace: dict = {}
     exec(compile("\n".join(lines), f"<{kind}>", "exec"), namespace)
     return namespace["step"]

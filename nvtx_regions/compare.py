@@ -3,6 +3,7 @@
 The code lives in `nvtx_regions.report.compare`.
 """
 
+from .core.errors import CaptureFileError
 from .report.compare import CompareRow, chrome_trace, compare, load_ranges, render_table, write_chrome_trace
 
-__all__ = ["CompareRow", "compare", "load_ranges", "render_table", "write_chrome_trace", "chrome_trace"]
+__all__ = ["CaptureFileError", "CompareRow", "compare", "load_ranges", "render_table", "write_chrome_trace", "chrome_trace"]

@@ -5,9 +5,10 @@
 
 Each command sits in README after ``<!-- before-gpu: NAME -->`` as a ``bash``
 block, followed by a ``text`` block with its output. `real_output` runs the
-command (``.venv/bin/nvtx-regions`` as ``python -m nvtx_regions`` and
-``.venv/bin/python`` as this interpreter; the timeline goes to a temporary
-directory) and returns its stdout. `comparable` masks what changes from run
+command (``.venv/bin/nvtx-regions`` as ``python -m nvtx_regions``, and any
+other ``.venv/bin/NAME`` as NAME beside this interpreter, which the output
+shows as ``.venv/bin/`` again; the timeline goes to a temporary directory)
+and returns its stdout. `comparable` masks what changes from run
 to run: the times in the capture summary. tests/test_readme_before_gpu.py
 asserts that README holds `comparable` real output.
 """
@@ -28,11 +29,13 @@ COMMANDS = {
     "capture": ".venv/bin/nvtx-regions capture -o timeline.json --summary-by label -- "
     ".venv/bin/python examples/train.py --steps 2 --spec examples/regions.nvtx",
     "nsys": ".venv/bin/nvtx-regions nsys examples/profile_steps.nvtx -- "
-    "torchrun --nproc_per_node=2 examples/train.py --steps 13 --spec examples/profile_steps.nvtx",
+    ".venv/bin/torchrun --nproc_per_node=2 examples/train.py --steps 13 --spec examples/profile_steps.nvtx",
     "explain": ".venv/bin/nvtx-regions explain examples/regions.nvtx --max-ops 1 -- .venv/bin/python examples/train.py --steps 1",
 }
 BLOCK = re.compile(r"<!-- before-gpu: (?P<name>\w+) -->\n```bash\n(?P<command>.*?)\n```\n\n```text\n(?P<output>.*?)```", re.S)
 TIMELINE = "timeline.json"
+VENV_BIN = ".venv/bin/"
+HERE_BIN = f"{Path(sys.executable).parent}/"
 
 
 def argv_of(command: str, timeline: str) -> list[str]:
@@ -42,6 +45,8 @@ def argv_of(command: str, timeline: str) -> list[str]:
             argv += [sys.executable, "-m", "nvtx_regions"]
         elif word == ".venv/bin/python":
             argv.append(sys.executable)
+        elif word.startswith(VENV_BIN):
+            argv.append(HERE_BIN + word[len(VENV_BIN) :])
         else:
             argv.append(timeline if word == TIMELINE else word)
     return argv
@@ -57,7 +62,7 @@ def real_output(name: str) -> str:
         )
     if result.returncode != 0:
         raise RuntimeError(f"{COMMANDS[name]} failed ({result.returncode}):\n{result.stderr[-3000:]}")
-    return result.stdout.replace(timeline, TIMELINE)
+    return result.stdout.replace(timeline, TIMELINE).replace(HERE_BIN, VENV_BIN)
 
 
 SUMMARY_ROW = re.compile(r"^(\s*)([\d.]+(?:\s+[\d.]+){7})(\s+(?:PushPop|StartEnd)\s.*)$")

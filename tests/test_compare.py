@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from nvtx_regions import SelectorError
 from nvtx_regions.__main__ import main
-from nvtx_regions.compare import CompareRow, chrome_trace, compare, load_ranges, render_table
-from nvtx_regions.testing import NvtxEvent
+from nvtx_regions.compare import CaptureFileError, CompareRow, chrome_trace, compare, load_ranges, render_table
+from nvtx_regions.compare import write_chrome_trace
+from nvtx_regions.testing import NvtxEvent, load_chrome_trace, to_chrome_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -107,7 +107,7 @@ def test_command_errors(files, tmp_path, capsys):
     empty.write_text("[]")
     assert main(["compare", str(empty), str(empty)]) == 1
     assert capsys.readouterr().err == "nvtx-regions compare: no complete ('ph': 'X') range events in either file\n"
-    with pytest.raises(SelectorError):
+    with pytest.raises(CaptureFileError):  # its own error, not the spec's SelectorError
         load_ranges({"nothing": []})
 
 
@@ -126,12 +126,36 @@ def test_chrome_trace_from_events():
         _event("push", "never popped", 12_000),
     ]
     trace = chrome_trace(events)
-    assert trace["traceEvents"] == [
-        {"name": "outer", "cat": "nvtx_regions", "ph": "X", "ts": 1.0, "dur": 8.0, "pid": 3, "tid": 7, "args": {"domain": "nvtx_regions", "depth": 0}},
-        {"name": "inner", "cat": "nvtx_regions", "ph": "X", "ts": 2.0, "dur": 3.0, "pid": 3, "tid": 7, "args": {"domain": "nvtx_regions", "depth": 1}},
-        {"name": "default", "cat": "NVTX", "ph": "X", "ts": 10.0, "dur": 1.0, "pid": 3, "tid": 7, "args": {"domain": None, "depth": 0}},
+    # One writer (nvtx_regions.capture.chrome): ranges come in the order they close, with its args.
+    ranges = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    fields = ("name", "cat", "ph", "ts", "dur", "pid", "tid")
+    assert [({k: e[k] for k in fields}, e["args"]["domain"], e["args"]["depth"]) for e in ranges] == [
+        ({"name": "inner", "cat": "nvtx_regions", "ph": "X", "ts": 2.0, "dur": 3.0, "pid": 3, "tid": 7}, "nvtx_regions", 1),
+        ({"name": "outer", "cat": "nvtx_regions", "ph": "X", "ts": 1.0, "dur": 8.0, "pid": 3, "tid": 7}, "nvtx_regions", 0),
+        ({"name": "default", "cat": "NVTX", "ph": "X", "ts": 10.0, "dur": 1.0, "pid": 3, "tid": 7}, None, 0),
+        ({"name": "never popped", "cat": "nvtx_regions", "ph": "X", "ts": 12.0, "dur": 0.0, "pid": 3, "tid": 7}, "nvtx_regions", 0),
     ]  # fmt: skip
-    assert load_ranges(trace) == [("nvtx_regions", "outer", 8.0), ("nvtx_regions", "inner", 3.0), (None, "default", 1.0)]
+    assert [e["args"].get("unclosed", False) for e in ranges] == [False, False, False, True]
+    assert load_ranges(trace) == [
+        ("nvtx_regions", "inner", 3.0), ("nvtx_regions", "outer", 8.0), (None, "default", 1.0), ("nvtx_regions", "never popped", 0.0),
+    ]  # fmt: skip
+
+
+def test_write_chrome_trace_to_a_path_is_the_capture_writer(tmp_path):
+    events = [_event("push", "a", 1000), _event("pop", None, 3000)]
+    path = tmp_path / "t.json"
+    write_chrome_trace(path, events)
+    assert json.loads(path.read_text()) == to_chrome_trace(events)
+
+
+def test_both_trace_readers_agree_on_the_default_domain(tmp_path):
+    # "NVTX" is how the writer (and the nvtx package) names the default domain; without args.domain
+    # both readers take it to be None, and any other cat to be that domain.
+    events = [_x("d", 2.0, cat="NVTX"), _x("m", 3.0, cat="mine"), _x("n", 4.0, cat="x", args={"domain": None})]
+    path = tmp_path / "other_producer.json"
+    path.write_text(json.dumps(events))
+    assert [d for d, _, _ in load_ranges(path)] == [None, "mine", None]
+    assert [r.domain for r in load_chrome_trace(path)] == [None, "mine", None]
 
 
 ROW = re.compile(r"^(\S+(?: \(backward\))?)\s+(\d+)\s+(\d+)\s+[\d.]+ (?:us|ms)\s+[\d.]+ (?:us|ms)\s+[\d.]+$")

@@ -193,3 +193,105 @@ def test_mutation_pass():
                              capture_output=True)
     print(results.stdout)
     assert run.returncode == 0, run.stderr[-3000:]
+
+
+# ------------------------------------------------------------------ the commands (issue 17)
+
+COMMAND_EXAMPLES = int(os.environ.get("NVTX_REGIONS_COMMAND_FUZZ_EXAMPLES", str(EXAMPLES)))
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.sampled_from([10**400, -(10**400)]) | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=20,
+)
+EVENT_KEYS = ["name", "ph", "ts", "dur", "args", "cat", "pid", "tid"]
+EVENTS = st.dictionaries(
+    st.sampled_from(EVENT_KEYS),
+    st.sampled_from(["X", "M", "i", "B", "E"]) | JSON_VALUES | st.dictionaries(st.sampled_from(["domain", "depth"]), JSON_VALUES),
+    max_size=8,
+) | JSON_VALUES
+CHROME_LIKE = st.lists(EVENTS, max_size=6).flatmap(lambda events: st.sampled_from([events, {"traceEvents": events}]))
+ARBITRARY_JSON_TEXT = (CHROME_LIKE | JSON_VALUES).map(lambda value: json.dumps(value, allow_nan=True))
+ARBITRARY_BYTES = st.binary(max_size=200) | ARBITRARY_JSON_TEXT.map(str.encode).flatmap(
+    lambda data: st.integers(0, len(data)).map(lambda cut: data[:cut])  # torn files
+)
+
+
+def _run_main(argv: list[str], stdin: bytes | None = None) -> tuple[int, str, str]:
+    """`main(argv)` in this process: (status, stdout, stderr). Any exception is a failure of the fuzz test."""
+    import contextlib
+    import io
+
+    from nvtx_regions.commands.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    saved = sys.stdin
+    try:
+        if stdin is not None:
+            sys.stdin = io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8")
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            status = main(argv)
+    finally:
+        sys.stdin = saved
+    return status, out.getvalue(), err.getvalue()
+
+
+def _fuzz_command(strategy, label: str, run_one) -> Counter:
+    outcomes: Counter = Counter()
+
+    @settings(max_examples=COMMAND_EXAMPLES, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(strategy)
+    def run(data):
+        outcomes["inputs"] += 1
+        outcomes[run_one(data)] += 1
+
+    run()
+    print(f"\n{label}: {dict(outcomes)}")
+    return outcomes
+
+
+@pytest.mark.parametrize("inputs", ["bytes", "json"])
+def test_fuzz_compare(tmp_path, inputs):
+    good = tmp_path / "good.json"
+    good.write_text('[{"name": "a", "ph": "X", "ts": 0, "dur": 1}]')
+    path = tmp_path / "fuzzed.json"
+
+    def run_one(data) -> str:
+        path.write_bytes(data if isinstance(data, bytes) else data.encode("utf-8", "surrogatepass"))
+        status, out, err = _run_main(["compare", str(path), str(good)])
+        if status == 0:
+            assert err == "" and out.startswith("range"), (data, out, err)
+            return "compared"
+        assert status == 1 and out == "", (data, out, err)
+        assert err.startswith("nvtx-regions compare: ") and err.count("\n") == 1, (data, err)  # one line, ours
+        return "our error"
+
+    outcomes = _fuzz_command(ARBITRARY_BYTES if inputs == "bytes" else ARBITRARY_JSON_TEXT, f"compare, arbitrary {inputs}", run_one)
+    assert outcomes["inputs"] >= COMMAND_EXAMPLES * 0.9
+    assert outcomes["our error"] and (inputs == "bytes" or outcomes["compared"])
+
+
+@pytest.mark.parametrize("how", ["file", "stdin"])
+@pytest.mark.parametrize("inputs", ["bytes", "json"])
+def test_fuzz_check(tmp_path, inputs, how):
+    path = tmp_path / "fuzzed.nvtx"
+
+    def run_one(data) -> str:
+        data = data if isinstance(data, bytes) else data.encode("utf-8", "surrogatepass")
+        if how == "file":
+            path.write_bytes(data)
+            status, out, err = _run_main(["check", str(path)])
+            ours = (str(path), "nvtx-regions check: ")
+        else:
+            status, out, err = _run_main(["check", "-"], stdin=data)
+            ours = ("<stdin>", "nvtx-regions check: ")
+        if status == 0:
+            assert err == "" and out, (data, out, err)
+            return "checked"
+        assert status in (1, 2) and out == "", (data, out, err)
+        assert err.startswith(ours), (data, err)  # a spec error (file:line:col ...) or a command error
+        return "our error"
+
+    outcomes = _fuzz_command(ARBITRARY_BYTES if inputs == "bytes" else ARBITRARY_JSON_TEXT, f"check ({how}), arbitrary {inputs}", run_one)
+    assert outcomes["inputs"] >= COMMAND_EXAMPLES * 0.9

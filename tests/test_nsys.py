@@ -8,6 +8,7 @@ flag names, value forms (``range@domain``, ``repeat-shutdown:N``,
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 import sys
@@ -61,21 +62,33 @@ CASES = [
     # torchrun: nsys inside each worker, one report per rank
     ("op in <linear>", "torchrun --nproc_per_node=2 train.py --steps 3", {},
      f"torchrun --nproc_per_node=2 --no-python {BASE} '--output=nvtx_regions_report.rank%q{{RANK}}' "
-     "python train.py --steps 3"),
+     "/opt/venv/bin/python3 -u train.py --steps 3"),
     ("op in <linear>", "torchrun --standalone --nproc-per-node 2 -m pkg.train --x", {},
      f"torchrun --standalone --nproc-per-node 2 --no-python {BASE} '--output=nvtx_regions_report.rank%q{{RANK}}' "
-     "python -m pkg.train --x"),
+     "/opt/venv/bin/python3 -u -m pkg.train --x"),
     ("op in <linear>", "torchrun --nproc_per_node=2 --no-python ./run.sh a", {},
      f"torchrun --nproc_per_node=2 --no-python {BASE} '--output=nvtx_regions_report.rank%q{{RANK}}' ./run.sh a"),
     (f"ffn: {REGION} and forward and steps 10..12 and rank in <0>", "python -m torch.distributed.run --nnodes=1 train.py", {},
      f"python -m torch.distributed.run --nnodes=1 --no-python {BASE} --capture-range=nvtx "
      "--nvtx-capture=ffn@nvtx_regions --capture-range-end=repeat-shutdown:3 "
-     "'--output=nvtx_regions_report.rank%q{RANK}' python train.py"),
+     "'--output=nvtx_regions_report.rank%q{RANK}' python -u train.py"),
 ]  # fmt: skip
 
 
+@pytest.fixture
+def torchrun_on_path(tmp_path, monkeypatch):
+    """A `torchrun` console script on PATH whose #! line names /opt/venv/bin/python3 (torchrun's sys.executable)."""
+    script = tmp_path / "bin" / "torchrun"
+    script.parent.mkdir()
+    script.write_text("#!/opt/venv/bin/python3\nimport sys\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{script.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("PYTHON_EXEC", raising=False)
+    return script
+
+
 @pytest.mark.parametrize("spec, command, options, expected", CASES)
-def test_command_lines(spec, command, options, expected):
+def test_command_lines(spec, command, options, expected, torchrun_on_path):
     result = nsys_command(parse(spec), shlex.split(command), **options)
     assert result.shell() == expected
     # Every flag is commented with its user-guide entry, in the rendered text.
@@ -85,7 +98,7 @@ def test_command_lines(spec, command, options, expected):
         assert f"# {flag.text}: " in text and f"CLI Profile Command Switch Options: {name}]" in text
 
 
-def test_rendered_text_is_the_same_command():
+def test_rendered_text_is_the_same_command(torchrun_on_path):
     result = nsys_command(parse(f"ffn: {REGION} and forward and steps 10..12"), ["torchrun", "--nproc_per_node=2", "t.py"])
     body = [line for line in str(result).splitlines() if not line.startswith("#")]
     joined = " ".join(line.rstrip("\\").strip() for line in body)
@@ -100,10 +113,10 @@ def test_notes_explain_what_the_flags_cannot():
     assert "has a steps gate but has no label, so there is no capture range" in note
 
 
-def test_split_torchrun_leaves_other_commands_alone():
+def test_split_torchrun_leaves_other_commands_alone(torchrun_on_path):
     assert split_torchrun(["python", "train.py"]) is None
-    assert split_torchrun(["/usr/bin/torchrun", "--nproc_per_node=4", "t.py", "-x"]) == (
-        ["/usr/bin/torchrun", "--nproc_per_node=4"], ["python", "t.py", "-x"])  # fmt: skip
+    assert split_torchrun([str(torchrun_on_path), "--nproc_per_node=4", "t.py", "-x"]) == (
+        [str(torchrun_on_path), "--nproc_per_node=4"], ["/opt/venv/bin/python3", "-u", "t.py", "-x"])  # fmt: skip
 
 
 def test_cli_prints_the_command_for_a_spec_file():

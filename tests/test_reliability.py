@@ -371,3 +371,40 @@ def test_reversed_region_raises_wherever_it_stands(select):
     *_, forward, _backward = compiled("mlp", None)
     with pytest.raises(RegionOrderError, match="ends at input .* before it starts at last\\(forward\\)"):
         NvtxProfileTransform(select).transform_trace_post_optimization(forward)
+
+
+# The functional form of each op in the hint table, called with gradients needed.
+_DECOMPOSED_CALLS = {
+    "gelu": torch.nn.functional.gelu,
+    "relu": torch.nn.functional.relu,
+    "leaky_relu": torch.nn.functional.leaky_relu,
+    "relu6": torch.nn.functional.relu6,
+    "hardtanh": torch.nn.functional.hardtanh,
+    "sigmoid": torch.sigmoid,
+    "dropout": lambda x: torch.nn.functional.dropout(x, 0.1),
+}
+
+
+def test_decomposed_ops_table_matches_thunder():
+    from nvtx_regions.attribution.traceview import TraceView
+    from nvtx_regions.selection.unselected import DECOMPOSED
+
+    assert set(DECOMPOSED) == set(_DECOMPOSED_CALLS)
+    for name, call in _DECOMPOSED_CALLS.items():
+        jitted = thunder.jit(call)
+        jitted(torch.randn(4, 8, requires_grad=True))
+        ops = {op.name for op in TraceView.from_trace(thunder.last_traces(jitted)[-1]).ops}
+        assert name not in ops and set(DECOMPOSED[name]) <= ops, (name, sorted(ops))
+
+
+def test_relu_gets_the_decomposition_hint():
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
+    jitted = thunder.jit(model, transforms=[NvtxProfileTransform("op in <relu>")])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", NvtxRegionsWarning)
+        jitted(torch.randn(3, 8, requires_grad=True))
+    (message,) = [str(w.message) for w in caught if issubclass(w.category, NvtxRegionsWarning)]
+    assert message.endswith(
+        "thunder decomposes relu into gt, where, so no op is named 'relu': select those ops, "
+        "or write class <ReLU> (the ReLU modules' ops)"
+    )

@@ -95,15 +95,27 @@ class NvtxEvent:
         )
 
 
-def parse_records(data: bytes) -> Iterator[dict[str, Any]]:
-    """Yield the JSON records of the tool's output; a torn last line (crash) is skipped."""
-    for line in data.split(b"\n"):
+def parse_records(lines: Iterable[bytes]) -> Iterator[dict[str, Any]]:
+    """Yield the JSON records of the tool's output, one per line; a torn last line (crash) is skipped.
+
+    lines: a file opened in binary mode (read one line at a time, so memory
+    stays bounded) or ``data.split(b"\\n")``.
+    """
+    for line in lines:
         if not line.strip():
             continue
         try:
             yield json.loads(line.decode("utf-8", "replace"))
         except json.JSONDecodeError:
             continue
+
+
+def int_or_none(value: object) -> int | None:
+    """`value` as an int (a rank from the environment, a pid), or None when it is absent or not a number."""
+    try:
+        return int(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
 
 
 @dataclass

@@ -31,7 +31,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .events import NvtxEvent, parse_records
+from .events import NvtxEvent, int_or_none, parse_records
 from .build import build_tool
 
 __all__ = [
@@ -91,7 +91,7 @@ class ProcessCapture:
     def from_file(cls, path: Path) -> ProcessCapture:
         header: dict = {}
         end: dict = {}
-        records = list(parse_records(path.read_bytes()))
+        records = list(parse_records(path.read_bytes().split(b"\n")))
         for r in records:
             if r.get("type") == "process":
                 header = r
@@ -103,21 +103,14 @@ class ProcessCapture:
         return cls(
             pid=pid,
             ppid=int(header.get("ppid") or 0),
-            rank=_int_or_none(header.get("rank")),
-            local_rank=_int_or_none(header.get("local_rank")),
-            world_size=_int_or_none(header.get("world_size")),
+            rank=int_or_none(header.get("rank")),
+            local_rank=int_or_none(header.get("local_rank")),
+            world_size=int_or_none(header.get("world_size")),
             mode=header.get("mode", "events"),
             events=events,
             counts=counts,
             complete=bool(end),
         )
-
-
-def _int_or_none(value: object) -> int | None:
-    try:
-        return int(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
 
 
 @dataclass(frozen=True)
@@ -281,7 +274,7 @@ class _Library:
             if ptr.value:
                 self.lib.nvtx_capture_free(ptr)
         pid = os.getpid()
-        return [NvtxEvent.from_record(r, pid=pid) for r in parse_records(data) if r.get("type") == "event"]
+        return [NvtxEvent.from_record(r, pid=pid) for r in parse_records(data.split(b"\n")) if r.get("type") == "event"]
 
 
 _lock = threading.RLock()

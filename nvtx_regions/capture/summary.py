@@ -129,10 +129,10 @@ class Summarizer:
         return Summary(tuple(rows), self.by)
 
 
-def _records(source: Any) -> Iterable[RangeRecord]:
+def _range_records(source: Any) -> Iterable[RangeRecord]:
     if hasattr(source, "processes"):  # CaptureResult
         for p in source.processes.values():
-            yield from _records(p)
+            yield from _range_records(p)
         return
     if hasattr(source, "events") and hasattr(source, "pid"):  # ProcessCapture
         yield from (i for i in iter_items(source.events, ranks={source.pid: source.rank}) if isinstance(i, RangeRecord))
@@ -152,6 +152,6 @@ def summarize(source: Any, *, by: str = "message") -> Summary:
     their process's last event and flagged (`SummaryRow.unclosed`).
     """
     summarizer = Summarizer(by)
-    for record in _records(source):
+    for record in _range_records(source):
         summarizer.add(record)
     return summarizer.result()

@@ -12,119 +12,129 @@ of the file (see ``nvtx_capture.c``): memory stays bounded however long the
 run, and a crash, even SIGKILL, loses nothing already recorded. When the command ends, those files are read
 line by line into the trace and the summary.
 
+Output paths are checked before the command runs: ``-o`` must name a file
+that can be created (not ``-``, a directory, or a file the command uses)
+and that does not exist, unless ``--force-overwrite`` (Nsight's flag);
+``--raw-dir`` must be a folder that can be written. The trace is written
+next to ``-o`` and renamed into place, so the file is whole or untouched;
+if it still cannot be written at the end, it is kept in the capture
+directory and the message says where (exit status 1 if the command succeeded).
+
 Exit status: the command's own; 128 + N when it was killed by signal N (as a
 shell reports it). A process that did not exit normally (signal,
 ``os._exit``) makes the capture partial, and the message says so.
 While the command runs, this process outlives SIGINT (Ctrl-C reaches the
-command itself through the terminal's process group) and forwards SIGTERM
-and SIGHUP to it, then waits for it, so the partial trace is still written.
+command itself through the terminal's process group, and the command
+decides; a SIGINT sent to this process alone is ignored, so that the trace
+of whatever the command recorded is still written) and forwards SIGTERM and
+SIGHUP to it, then waits for it. If this process is killed (SIGKILL), the
+command gets SIGTERM (Linux), and the next capture removes the temporary
+folder left behind.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from ..capture.chrome import ChromeTraceWriter, ProcessInfo, RangeRecord, iter_items
-from ..capture.events import NvtxEvent
+from ..capture.chrome import ProcessInfo
+from ..capture.directory import DirectoryTrace, write_directory_trace
 from ..capture.inject import ENV_DIR, ENV_INJECTION, ENV_MODE
-from ..capture.summary import Summarizer, Summary
-from .child import CommandError, exit_status, run_child, signal_name, split_command
+from .child import CommandError, ended, exit_status, parse_command_line, private_tempdir, run_child
 
-__all__ = ["CaptureOutcome", "run_capture", "convert", "main"]
-
-
-# ------------------------------------------------------------------ reading the capture directory
-
-
-def _records(path: Path) -> Iterator[dict]:
-    """The JSON records of one process file, read line by line; a torn last line is skipped."""
-    with open(path, "rb") as f:
-        for line in f:
-            if line.strip():
-                try:
-                    yield json.loads(line.decode("utf-8", "replace"))
-                except json.JSONDecodeError:
-                    continue
-
-
-def _rank(value) -> int | None:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
+__all__ = ["CaptureOutcome", "run_capture", "main"]
 
 
 @dataclass
 class CaptureOutcome:
-    """What `run_capture` saw: exit code, per-process completeness, the summary and counts."""
+    """What `run_capture` saw: the command's exit code, what its capture directory held, and where
+    the trace went: `trace_path` is the output asked for, or, when that could not be written
+    (`not_written` says why), the file the trace was kept in instead."""
 
     returncode: int
-    processes: list[ProcessInfo]
-    summary: Summary
-    ranges: int = 0
-    marks: int = 0
-    counts: dict[str, int] = field(default_factory=dict)
+    trace: DirectoryTrace
+    trace_path: Path
+    not_written: str | None = None
+
+    @property
+    def processes(self) -> list[ProcessInfo]:
+        return self.trace.processes
 
     @property
     def partial(self) -> list[ProcessInfo]:
-        return [p for p in self.processes if not p.complete]
+        return [p for p in self.trace.processes if not p.complete]
 
 
-def convert(capture_dir: Path, stream, *, by: str = "message") -> tuple[list[ProcessInfo], Summary, int, int, dict]:
-    """Stream every ``nvtx-*.jsonl`` of `capture_dir` into a Chrome trace on `stream` and a summary."""
-    writer = ChromeTraceWriter(stream)
-    summarizer = Summarizer(by)
-    processes: list[ProcessInfo] = []
-    ranges = marks = 0
-    counts: dict[str, int] = {}
-    for path in sorted(capture_dir.glob("nvtx-*.jsonl")):
-        ended = False
-        pid = int(path.stem.rpartition("-")[2])
-        rank: int | None = None
+# ------------------------------------------------------------------ output paths, checked before the run
 
-        def events() -> Iterator[NvtxEvent]:
-            nonlocal ended, pid, rank
-            for r in _records(path):
-                kind = r.get("type")
-                if kind == "process":
-                    pid = int(r.get("pid") or pid)
-                    rank = _rank(r.get("rank"))
-                elif kind == "end":
-                    ended = True
-                elif kind == "event":
-                    e = NvtxEvent.from_record(r, pid=pid)
-                    counts[e.kind] = counts.get(e.kind, 0) + 1
-                    if e.kind == "name_thread" and e.target_tid is not None and e.message:
-                        writer.name_thread(pid, e.target_tid, e.message)
-                    yield e
 
-        stream_events = events()
-        first = next(stream_events, None)  # reads the header, so the rank is known before any record
-        if first is None:
-            processes.append(ProcessInfo(pid, rank, ended))
+def _writable_folder(folder: Path, what: str) -> None:
+    """Create `folder` if needed and prove a file can be created in it; else `CommandError` naming `what`."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=folder, prefix=".nvtx-regions-probe-")
+        probe.close()
+    except OSError as error:
+        reason = error.strerror or str(error)
+        raise CommandError(f"{what}: cannot write in {folder}/ ({reason}); choose a folder you can write to") from None
+
+
+def check_output(output: str, command: list[str], *, force: bool = False) -> Path:
+    """The trace file `output`, checked before the command runs; raises `CommandError` naming the fix.
+
+    Refused: ``-`` (standard output is the command's own), a directory, a
+    file the command names (its script), an existing file unless `force`
+    (Nsight's ``--force-overwrite``), and a folder where no file can be created.
+    """
+    if output == "-":
+        raise CommandError(
+            "-o -: the trace cannot go to standard output, which is the command's own; give a file name, "
+            "e.g. -o timeline.json"
+        )
+    path = Path(output)
+    if path.is_dir():
+        raise CommandError(f"-o {output}: is a directory; give a file name, e.g. -o {path / 'timeline.json'}")
+    for arg in command:
+        try:
+            if os.path.isfile(arg) and path.exists() and os.path.samefile(arg, path):
+                raise CommandError(f"-o {output}: is {arg!r}, a file the command uses; give the trace another name")
+        except OSError:
             continue
+    if path.exists() or path.is_symlink():
+        if not force:
+            raise CommandError(f"-o {output}: the file exists; add --force-overwrite to replace it, or give another name")
+        if not path.is_file():
+            raise CommandError(f"-o {output}: exists and is not a regular file; give another name")
+    _writable_folder(path.parent, f"-o {output}")
+    return path
 
-        def chained() -> Iterator[NvtxEvent]:
-            yield first
-            yield from stream_events
 
-        for item in iter_items(chained(), ranks={pid: rank}):
-            writer.add(item)
-            if isinstance(item, RangeRecord):
-                summarizer.add(item)
-                ranges += 1
-            else:
-                marks += 1
-        processes.append(ProcessInfo(pid, rank, ended))
-    writer.close(processes, {"partial": any(not p.complete for p in processes)})
-    return processes, summarizer.result(), ranges, marks, counts
+def check_raw_dir(raw_dir: str) -> Path:
+    """The ``--raw-dir`` folder, created and checked before the command runs; raises `CommandError`."""
+    path = Path(raw_dir)
+    if path.exists() and not path.is_dir():
+        raise CommandError(f"--raw-dir {raw_dir}: is a file, not a folder; give a folder (it is created if missing)")
+    _writable_folder(path, f"--raw-dir {raw_dir}")
+    return path
+
+
+def _write_trace(directory: Path, output: Path, by: str) -> DirectoryTrace:
+    """Write the trace next to `output`, then rename it there: `output` is whole or untouched."""
+    partial = output.with_name(f".{output.name}.{os.getpid()}.partial")
+    try:
+        with open(partial, "w", encoding="utf-8") as stream:
+            trace = write_directory_trace(directory, stream, by=by)
+        os.replace(partial, output)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            partial.unlink()
+        raise
+    return trace
 
 
 def run_capture(
@@ -138,8 +148,11 @@ def run_capture(
     """Run `command` under the capture tool; write the Chrome trace to `output`; return the outcome.
 
     raw_dir: keep the per-process event files there (default: a temporary
-    directory, removed afterwards). Raises `CommandError` when the command
-    cannot start or the tool cannot be built.
+    directory, removed afterwards, and removed by a later run if this process
+    was killed). When `output` cannot be written once the command has ended,
+    the trace is written into the capture directory instead, which is then
+    kept (`CaptureOutcome.not_written`). Raises `CommandError` when the
+    command cannot start or the tool cannot be built.
     """
     from ..capture.build import CaptureUnavailable, build_tool
 
@@ -152,37 +165,44 @@ def run_capture(
             f"{ENV_INJECTION} already names another NVTX tool ({os.environ[ENV_INJECTION]}); "
             "NVTX takes one tool per process: unset it, or do not run capture under Nsight"
         )
-    made_dir = raw_dir is None
-    directory = Path(tempfile.mkdtemp(prefix="nvtx_capture-") if made_dir else raw_dir)
+    remove_dir = raw_dir is None
+    directory = private_tempdir("nvtx_capture-") if remove_dir else Path(raw_dir)
     directory.mkdir(parents=True, exist_ok=True)
     for stale in directory.glob("nvtx-*.jsonl"):
         stale.unlink()
+    output = Path(output)
     try:
         env = {**os.environ, ENV_INJECTION: str(tool), ENV_DIR: str(directory), ENV_MODE: mode}
         returncode = run_child(command, env)
-        output = Path(output)
-        if output.parent != Path(""):
-            output.parent.mkdir(parents=True, exist_ok=True)
-        with open(output, "w", encoding="utf-8") as stream:
-            processes, summary, ranges, marks, counts = convert(directory, stream, by=by)
+        try:
+            return CaptureOutcome(returncode, _write_trace(directory, output, by), output)
+        except OSError as error:
+            kept = directory / (output.name or "timeline.json")
+            with open(kept, "w", encoding="utf-8") as stream:
+                trace = write_directory_trace(directory, stream, by=by)
+            remove_dir = False
+            return CaptureOutcome(returncode, trace, kept, error.strerror or str(error))
     finally:
-        if made_dir:
+        if remove_dir:
             shutil.rmtree(directory, ignore_errors=True)
-    return CaptureOutcome(returncode, processes, summary, ranges, marks, counts)
 
 
 def report(outcome: CaptureOutcome, output: str, command: list[str]) -> str:
     """The text printed after the command ends: the summary, where the trace is, and what is partial."""
-    lines = [str(outcome.summary), ""]
+    trace = outcome.trace
+    lines = [str(trace.summary), ""]
     n = len(outcome.processes)
     lines.append(
-        f"nvtx-regions capture: {outcome.ranges} ranges and {outcome.marks} marks from {n} "
-        f"process{'es' * (n != 1)} written to {output} (open it in https://ui.perfetto.dev or chrome://tracing)"
+        f"nvtx-regions capture: {trace.ranges} ranges and {trace.marks} marks from {n} "
+        f"process{'es' * (n != 1)} written to {outcome.trace_path} (open it in https://ui.perfetto.dev or chrome://tracing)"
     )
-    if outcome.returncode < 0:
-        lines.append(f"nvtx-regions capture: {command[0]} was killed by {signal_name(outcome.returncode)}")
-    elif outcome.returncode:
-        lines.append(f"nvtx-regions capture: {command[0]} exited with status {outcome.returncode}")
+    if outcome.not_written is not None:
+        lines.append(
+            f"nvtx-regions capture: could not write {output} ({outcome.not_written}), so the trace is kept at "
+            f"{outcome.trace_path}, beside the raw event files; move it where you want it"
+        )
+    if outcome.returncode:
+        lines.append(f"nvtx-regions capture: {ended(command[0], outcome.returncode)}")
     if outcome.partial:
         which = ", ".join(f"rank {p.rank} (pid {p.pid})" if p.rank is not None else f"pid {p.pid}" for p in outcome.partial)
         lines.append(
@@ -201,19 +221,24 @@ def main(argv: list[str]) -> int:
     usage = "nvtx-regions capture -o timeline.json -- python train.py"
     parser = argparse.ArgumentParser(
         prog="nvtx-regions capture",
-        usage="nvtx-regions capture [-o FILE] [--summary-by {message,label}] [--raw-dir DIR] -- COMMAND...",
+        usage="nvtx-regions capture [-o FILE] [--force-overwrite] [--summary-by {message,label}] [--raw-dir DIR] -- COMMAND...",
         description="Run COMMAND with the NVTX capture tool; write a Chrome trace; print an nvtx_sum-like summary.",
     )
     parser.add_argument("-o", "--output", default="timeline.json", help="Chrome trace file (default: timeline.json)")
     parser.add_argument("--summary-by", choices=("message", "label"), default="message",
                         help="one row per message (default), or per rule (NVTX category)")  # fmt: skip
     parser.add_argument("--raw-dir", help="keep each process's event stream (nvtx-<pid>.jsonl) in this directory")
-    if argv and argv[0] in ("-h", "--help"):
-        parser.print_help()
+    parser.add_argument("--force-overwrite", action="store_true", help="replace FILE if it exists (as nsys's flag)")
+    parsed = parse_command_line(parser, argv, usage)
+    if parsed is None:
         return 0
-    options, command = split_command(argv, usage)
-    args = parser.parse_args(options)
+    args, command = parsed
+    check_output(args.output, command, force=args.force_overwrite)
+    if args.raw_dir is not None:
+        check_raw_dir(args.raw_dir)
     outcome = run_capture(command, args.output, by=args.summary_by, raw_dir=args.raw_dir)
     sys.stdout.flush()
     print(report(outcome, args.output, command), flush=True)
+    if outcome.not_written is not None and not outcome.returncode:
+        return 1
     return exit_status(outcome.returncode)

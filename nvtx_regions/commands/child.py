@@ -1,13 +1,31 @@
-"""Running the user's command as a child process: the ``--`` split, signal
-forwarding, and exit statuses as a shell reports them. Shared by every command
+"""Running the user's command as a child process: the command line's ``--`` split
+and help, signal forwarding, the child's death with ours, private temporary
+folders, and exit statuses as a shell reports them. Shared by every command
 that runs another command (capture, explain, nsys)."""
 
 from __future__ import annotations
 
+import argparse
+import ctypes
+import os
+import re
+import shutil
 import signal
 import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
-__all__ = ["CommandError", "split_command", "exit_status", "signal_name", "run_child"]
+__all__ = [
+    "CommandError",
+    "ended",
+    "exit_status",
+    "parse_command_line",
+    "private_tempdir",
+    "run_child",
+    "signal_name",
+    "split_command",
+]
 
 
 class CommandError(Exception):
@@ -25,6 +43,23 @@ def split_command(argv: list[str], usage: str) -> tuple[list[str], list[str]]:
     return options, command
 
 
+def parse_command_line(
+    parser: argparse.ArgumentParser, argv: list[str], example: str
+) -> tuple[argparse.Namespace, list[str]] | None:
+    """Parse ``OPTIONS -- COMMAND...``: (options parsed by `parser`, COMMAND).
+
+    Returns None after printing `parser`'s help when ``-h``/``--help`` is
+    among the options (anywhere before ``--``). Raises `CommandError` naming
+    the fix, with `example`, when ``--`` or the command is missing.
+    """
+    options = argv[: argv.index("--")] if "--" in argv else argv
+    if "-h" in options or "--help" in options:
+        parser.print_help()
+        return None
+    options, command = split_command(argv, example)
+    return parser.parse_args(options), command
+
+
 def exit_status(returncode: int) -> int:
     """A child's exit status as a shell reports it: 128 + N for death by signal N."""
     return 128 - returncode if returncode < 0 else returncode
@@ -37,10 +72,86 @@ def signal_name(returncode: int) -> str:
         return f"signal {-returncode}"
 
 
-def run_child(command: list[str], env: dict[str, str]) -> int:
-    """Run `command` with inherited stdio; outlive SIGINT, forward SIGTERM and SIGHUP. Returns its returncode."""
+def ended(program: str, returncode: int) -> str:
+    """How a child ended, in the words every command uses: ``X was killed by SIGKILL``, ``X exited with status 3``."""
+    if returncode < 0:
+        return f"{program} was killed by {signal_name(returncode)}"
+    return f"{program} exited with status {returncode}"
+
+
+# prctl(2) option: the signal a process gets when the thread that forked it exits (Linux only).
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent():
+    """A `preexec_fn` for Linux: the child gets SIGTERM when this process dies, even by SIGKILL.
+
+    SIGTERM, not SIGKILL, so that a launcher such as torchrun still stops its
+    own workers; the capture tool's files are written as events happen, so
+    nothing recorded is lost either way.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
     try:
-        proc = subprocess.Popen(command, env=env)
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def arm() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return arm
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` exists and is not a zombie."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def private_tempdir(prefix: str) -> Path:
+    """A new temporary folder ``<prefix><pid>-XXXXXXXX`` owned by this process.
+
+    Folders of the same prefix whose owner process is gone (killed before it
+    could clean up, SIGKILL included) are removed first, so they do not
+    accumulate. A folder whose pid was reused by a live process is left
+    until a later run. Raises `CommandError` when the folder cannot be created.
+    """
+    pattern = re.compile(rf"{re.escape(prefix)}(\d+)-\w+")
+    try:
+        base = Path(tempfile.gettempdir())  # the first usable of TMPDIR, /tmp, /var/tmp, ...
+        for old in base.glob(f"{prefix}*"):
+            match = pattern.fullmatch(old.name)
+            owner = int(match[1]) if match else os.getpid()
+            if owner != os.getpid() and not _alive(owner) and old.is_dir() and not old.is_symlink():
+                shutil.rmtree(old, ignore_errors=True)
+        return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-"))
+    except OSError as error:
+        raise CommandError(f"cannot create a temporary folder ({error}); set TMPDIR to a folder you can write to") from None
+
+
+def run_child(command: list[str], env: dict[str, str]) -> int:
+    """Run `command` with inherited stdio and return its returncode.
+
+    While it runs, this process outlives SIGINT (Ctrl-C at a terminal reaches
+    the command through its process group; the command decides), forwards
+    SIGTERM and SIGHUP to it, and, on Linux, takes it down if this process is
+    killed (the child gets SIGTERM).
+    """
+    try:
+        proc = subprocess.Popen(command, env=env, preexec_fn=_die_with_parent())
     except FileNotFoundError:
         raise CommandError(f"cannot run {command[0]!r}: no such program (is it on PATH?)") from None
     except PermissionError:

@@ -15,7 +15,8 @@ it out). COMMAND's own output is passed through untouched, before the report.
 
 Exit status: COMMAND's (128 + N when killed by signal N); 1 when it exited
 normally but jitted nothing that ran. A script that ends with ``os._exit`` or
-a fatal signal has no atexit, so it reports nothing.
+a fatal signal has no atexit, so it reports nothing: the message names each
+such process and what it jitted, and says why there is no report.
 """
 
 from __future__ import annotations
@@ -24,10 +25,9 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 
-from .child import CommandError, exit_status, run_child, split_command
+from .child import CommandError, ended, exit_status, parse_command_line, private_tempdir, run_child
 from .explain_child import ENV_MAX_OPS, ENV_OUT, ENV_SPEC
 
 __all__ = ["main", "SITE_DIR"]
@@ -82,32 +82,44 @@ def main(argv: list[str]) -> int:
     parser.add_argument("spec", help="a .nvtx spec file")
     parser.add_argument("--max-ops", type=int, default=12, help="op lines shown per rule and trace (default 12)")
     parser.add_argument("--no-tree", action="store_true", help="leave out the range-tree pictures")
-    if argv and argv[0] in ("-h", "--help"):
-        parser.print_help()
+    parsed = parse_command_line(parser, argv, "nvtx-regions explain examples/regions.nvtx -- python train.py")
+    if parsed is None:
         return 0
-    options, command = split_command(argv, "nvtx-regions explain examples/regions.nvtx -- python train.py")
-    args = parser.parse_args(options)
+    args, command = parsed
     if args.max_ops < 0:
         raise CommandError("--max-ops takes a number >= 0")
     spec_path = Path(args.spec)  # as given: the command runs in this directory, and reports show the path
     compile_spec(load(args.spec))  # the spec's own errors come out here, before the command runs
-    out_dir = tempfile.mkdtemp(prefix="nvtx_explain-")
+    out_dir = private_tempdir("nvtx_explain-")
     try:
-        returncode = run_child(command, child_env(spec_path, out_dir, args.max_ops))
-        processes = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(Path(out_dir).glob("explain-*.json"))]
+        returncode = run_child(command, child_env(spec_path, str(out_dir), args.max_ops))
+        processes = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(out_dir.glob("explain-*.json"))]
+        jitted = {
+            int(p.stem.rpartition("-")[2]): p.read_text(encoding="utf-8").splitlines()
+            for p in sorted(out_dir.glob("jitted-*.txt"))
+        }
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
     sys.stdout.flush()
     if processes:
         print(render(processes, tree=not args.no_tree), flush=True)
-    if returncode:
-        print(f"nvtx-regions explain: {command[0]} exited with status {exit_status(returncode)}", file=sys.stderr)
-        return exit_status(returncode)
-    if not processes:
+    silent = {pid: names for pid, names in jitted.items() if pid not in {p["pid"] for p in processes}}
+    for pid, names in silent.items():
+        how = "was killed" if returncode < 0 else "ended without running its exit handlers (os._exit)"
         print(
-            "nvtx-regions explain: the command jitted no function that ran (thunder.jit, then a call); "
-            "nothing to explain",
+            f"nvtx-regions explain: process {pid} jitted {', '.join(dict.fromkeys(names))} and then {how}, "
+            "so it wrote no report (explain reports at exit, through atexit); let the script return or call sys.exit",
             file=sys.stderr,
         )
+    if returncode:
+        print(f"nvtx-regions explain: {ended(command[0], returncode)}", file=sys.stderr)
+        return exit_status(returncode)
+    if not processes:
+        if not silent:
+            print(
+                "nvtx-regions explain: the command jitted no function that ran (thunder.jit, then a call); "
+                "nothing to explain",
+                file=sys.stderr,
+            )
         return 1
     return 0

@@ -15,6 +15,8 @@ At exit (atexit: normal exit, ``sys.exit``, or an uncaught exception; not
 ``os._exit`` or a fatal signal) each jitted function that ran is explained
 against SPEC, and the report, its range-tree picture, the function's name
 and where it was jitted go to ``$NVTX_REGIONS_EXPLAIN_OUT/explain-<pid>.json``.
+Each jit also appends the function's name to ``jitted-<pid>.txt`` there at
+once, so that a process that jitted and then ended without atexit is named.
 """
 
 from __future__ import annotations
@@ -84,12 +86,22 @@ def _patch(thunder: Any) -> None:
                 "own_transform": own,
             }
         )
+        _note_jitted(_jitted[-1]["name"])
         return jitted
 
     thunder.jit = jit
     # atexit runs handlers last-in first-out: registered after thunder's (and
     # torch's) own, this runs before they tear down what printing a trace needs.
     atexit.register(_dump)
+
+
+def _note_jitted(name: str) -> None:
+    """Append `name` to ``jitted-<pid>.txt`` now: if the process then ends without atexit
+    (``os._exit``, a fatal signal), the parent still knows it jitted something."""
+    directory = os.environ.get(ENV_OUT)
+    if directory:
+        with open(os.path.join(directory, f"jitted-{os.getpid()}.txt"), "a", encoding="utf-8") as f:
+            f.write(name.replace("\n", " ") + "\n")
 
 
 def _report() -> list[dict[str, Any]]:

@@ -6,7 +6,8 @@
     nvtx-regions capture -o timeline.json -- python train.py     # commands/capture.py
     nvtx-regions nsys regions.nvtx -- python train.py            # commands/nsys.py
     nvtx-regions explain regions.nvtx -- python train.py         # commands/explain.py
-    nvtx-regions compare eager.json thunder.json                  # nvtx_regions/compare.py
+    nvtx-regions compare eager.json thunder.json                  # commands/compare.py
+    nvtx-regions --version
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import argparse
 import sys
 
 from ..core.errors import SelectorError
-from ..language.parse import grammar_resource, grammar_text, load, parse
+from ..language.parse import grammar_resource, grammar_text, load, parse_bytes
 from ..language.tree import render
 from ..selection.compile import compile_spec
 from .child import CommandError
@@ -40,11 +41,32 @@ def _run_command(name: str, argv: list[str]) -> int:
         return 2
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("nvtx_regions")
+    except PackageNotFoundError:
+        return "(not installed: running from a source tree)"
+
+
+def _read_stdin() -> bytes:
+    """The spec bytes on standard input (decoded by `parse_bytes`); `CommandError` when there is none to read."""
+    if sys.stdin is None:
+        raise CommandError("-: standard input is closed; pipe the spec in (nvtx-regions check - < spec.nvtx) or give a file")
+    try:
+        data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read()
+    except OSError as error:
+        raise CommandError(f"-: cannot read standard input ({error.strerror or error}); give a file instead") from None
+    return data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in RUNNERS:
         return _run_command(argv[0], argv[1:])
     parser = argparse.ArgumentParser(prog="nvtx-regions", description="Check nvtx_regions spec files; see and summarize NVTX ranges before the GPU run.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     check = commands.add_parser("check", help="parse and compile .nvtx files; print each rule in canonical form")
     check.add_argument("files", nargs="+", help='.nvtx files; "-" reads the spec from standard input')
@@ -52,8 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, (_, text) in RUNNERS.items():
         commands.add_parser(name, help=f"{text} (nvtx-regions {name} --help)")
     compare = commands.add_parser("compare", help="two capture files (Chrome trace JSON) side by side per range name")
-    compare.add_argument("a")
-    compare.add_argument("b")
+    compare.add_argument("a", help="the first capture: a Chrome trace JSON file (nvtx-regions capture -o A.json)")
+    compare.add_argument("b", help="the second capture, compared with the first (ratio: b / a)")
     compare.add_argument("--domain", help="only this NVTX domain's ranges (NVTX: the default domain)")
     compare.add_argument("--names", nargs=2, metavar=("A", "B"), help="column names (default: the file names)")
     args = parser.parse_args(argv)
@@ -70,8 +92,12 @@ def main(argv: list[str] | None = None) -> int:
     status = 0
     for path in args.files:
         try:
-            spec = parse(sys.stdin.read(), filename="<stdin>") if path == "-" else load(path)
+            spec = parse_bytes(_read_stdin(), "<stdin>") if path == "-" else load(path)
             compile_spec(spec)
+        except CommandError as error:
+            print(f"nvtx-regions check: {error}", file=sys.stderr)
+            status = 2
+            continue
         except SelectorError as error:
             print(error, file=sys.stderr)
             status = 1

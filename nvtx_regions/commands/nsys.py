@@ -26,13 +26,16 @@ machines); tests/test_nsys.py checks the command lines against a table of specs.
 from __future__ import annotations
 
 import os
+import re
 import shlex
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..selection.compile import CompiledRule, RegionRule, compile_spec
 from ..emission.runtime import DEFAULT_DOMAIN
 from ..language.tree import Spec
+from .child import CommandError
 
 __all__ = ["Flag", "NsysCommand", "nsys_command", "split_torchrun"]
 
@@ -85,37 +88,92 @@ def _capture_rule(rules: Sequence[CompiledRule]) -> RegionRule | None:
     return None
 
 
+def _torchrun_start(command: list[str]) -> int | None:
+    """Where torchrun's own arguments start in `command`, or None when it is not a torchrun command."""
+    if os.path.basename(command[0]) == "torchrun":
+        return 1
+    for i in range(1, len(command) - 1):
+        if command[i : i + 2] == ["-m", "torch.distributed.run"]:
+            return i + 2
+        if not command[i].startswith("-"):  # the interpreter's options end here
+            return None
+    return None
+
+
+# pip writes `#!/bin/sh` and this second line when the interpreter's path is too long for `#!`.
+_SH_EXEC = re.compile(r"""^'''exec' "?(?P<python>[^"]+?)"? "\$0" "\$@"$""")
+
+
+def _script_interpreter(script: str) -> str | None:
+    """The interpreter a console script such as ``torchrun`` runs under, from its first lines."""
+    try:
+        with open(script, "rb") as f:
+            head = f.read(1024).decode("utf-8", "replace").splitlines()
+    except OSError:
+        return None
+    if not head or not head[0].startswith("#!"):
+        return None
+    words = head[0][2:].split()
+    if not words:
+        return None
+    if os.path.basename(words[0]) == "env" and len(words) > 1:
+        return words[1]  # `#!/usr/bin/env python3`: the same name, found on PATH as the script's is
+    if os.path.basename(words[0]) == "sh":
+        match = next(filter(None, (_SH_EXEC.match(line) for line in head[1:3])), None)
+        return match["python"] if match else None
+    return words[0]
+
+
+def _worker_python(command: list[str], start: int) -> str:
+    """The interpreter torchrun runs each worker with: ``$PYTHON_EXEC``, else its own ``sys.executable``."""
+    if os.environ.get("PYTHON_EXEC"):
+        return os.environ["PYTHON_EXEC"]
+    if start > 1:  # `PYTHON [options] -m torch.distributed.run`: that interpreter
+        return command[0]
+    script = command[0] if os.sep in command[0] else shutil.which(command[0])
+    interpreter = _script_interpreter(script) if script else None
+    if interpreter is None:
+        raise CommandError(
+            f"cannot tell which Python {command[0]!r} runs its workers with (not found, or no #! line); "
+            "give its path (e.g. .venv/bin/torchrun), or use PYTHON -m torch.distributed.run"
+        )
+    return interpreter
+
+
 def split_torchrun(command: Sequence[str]) -> tuple[list[str], list[str]] | None:
     """For a torchrun command: (launcher part, the program each worker runs); else None.
 
-    Uses torchrun's own argument parser, so every torchrun option form works.
-    The worker program is what torchrun would run: ``python SCRIPT ARGS``,
-    ``python -m MODULE ARGS``, or the program itself under ``--no-python``.
+    Uses torchrun's own argument parser, so every torchrun option form works,
+    and its errors come out as torchrun's (then `CommandError`). The worker
+    program is what torchrun would run: ``PYTHON -u SCRIPT ARGS``,
+    ``PYTHON -u -m MODULE ARGS``, or the program itself under ``--no-python``,
+    where PYTHON is ``$PYTHON_EXEC`` or torchrun's own interpreter (the one
+    in its ``#!`` line, or the one before ``-m torch.distributed.run``).
     """
     command = list(command)
-    if not command:
-        return None
-    if os.path.basename(command[0]) == "torchrun":
-        start = 1
-    elif len(command) >= 3 and command[1:3] == ["-m", "torch.distributed.run"]:
-        start = 3
-    else:
+    start = _torchrun_start(command) if command else None
+    if start is None:
         return None
     from torch.distributed.run import get_args_parser
 
-    args = get_args_parser().parse_args(command[start:])
+    parser = get_args_parser()
+    parser.prog = os.path.basename(command[0]) if start == 1 else shlex.join(command[:start])
+    try:
+        args = parser.parse_args(command[start:])
+    except SystemExit:
+        raise CommandError(
+            f"{parser.prog} cannot parse its arguments (its message is above); fix them, then run this again"
+        ) from None
     tail = 1 + len(args.training_script_args)
-    launcher = command[: len(command) - tail]
+    options = command[start : len(command) - tail]  # torchrun's own, less those that choose the worker program
     if args.no_python:
         worker = [args.training_script, *args.training_script_args]
-        launcher = [w for w in launcher if w not in ("--no-python", "--no_python")]
     elif args.module:
-        worker = ["python", "-m", args.training_script, *args.training_script_args]
-        launcher = [w for w in launcher if w not in ("-m", "--module")]
+        worker = [_worker_python(command, start), "-u", "-m", args.training_script, *args.training_script_args]
     else:
-        worker = ["python", args.training_script, *args.training_script_args]
-        launcher = [w for w in launcher if w not in ("--run-path", "--run_path")]
-    return launcher, worker
+        worker = [_worker_python(command, start), "-u", args.training_script, *args.training_script_args]
+    chooser = {"--no-python", "--no_python", "-m", "--module", "--run-path", "--run_path"}
+    return [*command[:start], *(w for w in options if w not in chooser)], worker
 
 
 def _domain_value(domain: str | None) -> str:
@@ -151,6 +209,12 @@ def nsys_command(
     if rule is not None:
         gate, region = rule.gate, rule.region  # set: _capture_rule checked them
         label = rule.rule.label
+        for name, what in ((label, f"label {label!r} (line {rule.rule.line})"), (domain, f"domain {domain!r}")):
+            if name is not None and "@" in name:
+                raise CommandError(
+                    f"the {what} holds '@', and nsys reads --nvtx-capture as RANGE@DOMAIN; "
+                    "rename it without '@' to start collecting at its range"
+                )
         target = label if domain is None else f"{label}@{domain}"
         flags.append(Flag("--capture-range=nvtx", "collect only inside an NVTX range", f"{GUIDE}: --capture-range"))
         flags.append(
@@ -211,7 +275,7 @@ def main(argv: list[str]) -> int:
     """Entry point of ``nvtx-regions nsys`` (argv after the subcommand name)."""
     import argparse
 
-    from .child import split_command
+    from .child import parse_command_line
     from ..language.parse import load
 
     parser = argparse.ArgumentParser(
@@ -223,11 +287,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--domain", default=DEFAULT_DOMAIN, help=f"the transform's NVTX domain (default {DEFAULT_DOMAIN})")
     parser.add_argument("--default-domain", action="store_true", help="the transform uses domain=None")
     parser.add_argument("-o", "--output", default="nvtx_regions_report", help="report name (default nvtx_regions_report)")
-    if argv and argv[0] in ("-h", "--help"):
-        parser.print_help()
+    parsed = parse_command_line(parser, argv, "nvtx-regions nsys examples/regions.nvtx -- python train.py")
+    if parsed is None:
         return 0
-    options, command = split_command(argv, "nvtx-regions nsys examples/regions.nvtx -- python train.py")
-    args = parser.parse_args(options)
+    args, command = parsed
     spec = load(args.spec)
     print(nsys_command(spec, command, domain=None if args.default_domain else args.domain, output=args.output))
     return 0

@@ -1,8 +1,8 @@
-"""The errors and the warning nvtx_regions raises about a user's spec."""
+"""The errors and the warning nvtx_regions raises about a user's spec, and the error about a capture file."""
 
 from __future__ import annotations
 
-__all__ = ["SelectorError", "SelectorSyntaxError", "NvtxRegionsWarning"]
+__all__ = ["CaptureFileError", "SelectorError", "SelectorSyntaxError", "NvtxRegionsWarning"]
 
 
 class SelectorError(ValueError):
@@ -40,3 +40,10 @@ class SelectorSyntaxError(SyntaxError, SelectorError):
 
 class NvtxRegionsWarning(UserWarning):
     """A rule selected nothing in a compilation, or a name it uses is not in the trace."""
+
+
+class CaptureFileError(ValueError):
+    """A capture file (a Chrome trace given to ``compare``, ``load_chrome_trace``)
+    cannot be read: missing, not JSON, or an event that is not a well-formed
+    range. The message names the file, the event index when there is one, and
+    the fix."""

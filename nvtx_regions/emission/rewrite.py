@@ -39,13 +39,26 @@ def _operator(name: str, line: Callable[[tuple], str]) -> Symbol:
     return Symbol(name=name, id=name, meta=None, is_prim=True, tags=(OpTags.DONT_DCE,), python_printer=python_printer)
 
 
+def _store_point(cell: str, point: int) -> str:
+    """The statement that records `point` in the call's position cell (see runtime).
+
+    Only ints 0-255 are stored: CPython keeps them preallocated side by side,
+    so the stores touch a few hot cache lines, where one distinct constant
+    per point (thousands in a large trace) would miss the cache on every
+    store. The point's high part goes to ``cell[1]`` at the first point that
+    changes it.
+    """
+    low = f"{cell}[0] = {point & 255}"
+    return low if point & 255 else f"{cell}[1] = {point >> 8}; {low}"
+
+
 # Each push and pop line also stores its *point* (its number among the trace's
-# push and pop lines) in the call's position cell, a one-item list: a
-# specialized list store, where a call that raised shows how far it got (see runtime).
+# push and pop lines) in the call's position cell, a two-item list: specialized
+# list stores, where a call that raised shows how far it got (see runtime).
 # Arguments: (attributes, message as JSON, push, domain, cell, point) -- globals' names but the last two.
-_PUSH = _operator("nvtx_regions_push", lambda a: f"{a[2]}({a[0]}, {a[3]}); {a[4]}[0] = {a[5]}  # {a[1]}")
+_PUSH = _operator("nvtx_regions_push", lambda a: f"{a[2]}({a[0]}, {a[3]}); {_store_point(a[4], a[5])}  # {a[1]}")
 # Arguments: (pop, domain, cell, point).
-_POP = _operator("nvtx_regions_pop", lambda a: f"{a[0]}({a[1]}); {a[2]}[0] = {a[3]}")
+_POP = _operator("nvtx_regions_pop", lambda a: f"{a[0]}({a[1]}); {_store_point(a[2], a[3])}")
 # The trace's first push: (attributes, message as JSON, enter, progress, cell).
 _ENTER = _operator("nvtx_regions_push_enter", lambda a: f"{a[3]} = {a[2]}(globals(), {a[0]}); {a[4]} = {a[3]}.at  # {a[1]}")
 # The trace's last pop: (pop, domain, progress).

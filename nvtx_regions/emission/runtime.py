@@ -15,8 +15,11 @@ the nvtx package hands out a dummy domain, and push and pop are C no-ops.
 Recovery after an exception costs nothing per range until something raises:
 every push and pop line stores its *point* (its number among the trace's push
 and pop lines, fixed when the trace is rewritten) in the call's *position
-cell*, a one-item list that is a local of the generated function, which
-Python does with one specialized store, no call. The runtime knows, per
+cell*, a two-item list that is a local of the generated function: the low
+byte in ``at[0]`` on every line, the rest in ``at[1]`` once every 256 points,
+each a specialized list store of a preallocated small int, no call (one
+distinct int constant per point missed the cache on every store in large
+traces: 8-layer nanoGPT ran slower with it than with the progress list). The runtime knows, per
 point, which push/pop ranges are open after it (`TraceRuntime.open_after`),
 so a call that raised leaves behind exactly how far it got, and what must be
 popped follows, without anyone keeping its frame (and with it the call's
@@ -176,8 +179,9 @@ class Progress:
     # Start/end ranges the call has started and not ended: range number -> (NVTX range
     # id, domain handle), what `end` takes (set only in traces that have start/end ranges).
     started: dict[int, Any]
-    # The position cell: ``at[0]`` is the last push or pop point the call passed
-    # (`TraceRuntime.open_after`). The generated function keeps it in a local too.
+    # The position cell: ``at[1] * 256 + at[0]`` is the last push or pop point the
+    # call passed (`TraceRuntime.open_after`); the lines store only ints 0-255 (see
+    # `rewrite`). The generated function keeps it in a local too.
     at: list[int]
 
 
@@ -258,7 +262,7 @@ class TraceRuntime:
         if self._gated:
             self._apply_gates(function_globals)
         progress = Progress()
-        progress.runtime, progress.calls, progress.live, progress.at = self, calls, self._live, [0]
+        progress.runtime, progress.calls, progress.live, progress.at = self, calls, self._live, [0, 0]
         calls.append(progress)
         if self.start_end_groups:
             progress.started = {}
@@ -304,7 +308,8 @@ def _recover(calls: list[Progress]) -> None:
         calls.pop()
         runtime = progress.runtime
         live = progress.live
-        for group in runtime.open_after[progress.at[0]]:
+        low, high = progress.at
+        for group in runtime.open_after[high << 8 | low]:
             if live[group]:
                 runtime._pop(runtime._domain_arg)
         if runtime.start_end_groups:  # a failed call must not leave a start/end range open forever

@@ -1,29 +1,28 @@
-"""Text to spec tree: `parse`, `load`, and the grammar loader.
+"""Spec text to spec tree: `parse` (text), `load` (a ``.nvtx`` file), `spec_from_arguments` (both, as a transform takes them).
 
 Every error in a spec's text is raised here, as `SelectorSyntaxError`, with the
-file, line, column and source line, in the user's words (never lark's terminal
-names). The grammar is read from the installed package (`grammar_text`).
+file, line, column and the line as written; `syntax_messages` words it. The
+parser is built from the installed grammar (`grammar.grammar_text`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import json
 import os
 import re
 import threading
-from importlib import resources
 from pathlib import Path
 from typing import Iterator
 
 import lark
 from lark import Token, Transformer, v_args
 
-from ..core.errors import SelectorError, SelectorSyntaxError
+from ..core.errors import SelectorError
+from .grammar import grammar_resource, grammar_text
+from .syntax_messages import SpecTextError, describe_char, syntax_error_at, syntax_error_for
 from .tree import (
-    KEYWORDS,
     All,
     And,
     Backward,
@@ -46,29 +45,23 @@ from .tree import (
     Source,
     Spec,
     Steps,
+    depth,
 )
 
-__all__ = ["parse", "load", "spec_from_arguments", "grammar_text", "grammar_resource"]
+__all__ = ["parse", "parse_bytes", "load", "spec_from_arguments", "MAX_NESTING", "grammar_text", "grammar_resource"]
 
-GRAMMAR_PACKAGE = "nvtx_regions"
-GRAMMAR_FILE = "grammar/nvtx_regions.lark"
-
-
-def grammar_resource() -> resources.abc.Traversable:
-    """The grammar file as installed with the package (shipped from `grammar/`)."""
-    return resources.files(GRAMMAR_PACKAGE).joinpath(GRAMMAR_FILE)
-
-
-def grammar_text() -> str:
-    """The text of `grammar_resource`."""
-    return grammar_resource().read_text(encoding="utf-8")
+# How many levels deep a rule may nest (`tree.depth`). The passes over the tree
+# recurse (render takes about three Python frames a level); under pytest and a
+# thunder transform, rendering failed between 300 and 400 levels. 100 leaves
+# room for deeper callers, and is far more than any spec needs.
+MAX_NESTING = 100
 
 
 class BracketNewlines:
     """Lark post-lexer: a newline inside ``( )`` or ``< >`` continues the rule.
 
-    It also records each rule's source span (start, end, line), since lark
-    gives no positions to a transformer that runs inside the LALR parser.
+    It also records each rule's span in the spec text (start, end, line), since
+    lark gives no positions to a transformer that runs inside the LALR parser.
     """
 
     always_accept = ("_NL",)
@@ -104,25 +97,16 @@ class BracketNewlines:
             yield token
 
 
-class _SourceError(Exception):
-    """Raised inside the tree builder; turned into SelectorSyntaxError by `parse`."""
-
-    def __init__(self, message: str, token: Token) -> None:
-        super().__init__(message)
-        self.message = message
-        self.token = token
-
-
 def _string(token: Token) -> str:
     try:
         text = json.loads(token)
     except json.JSONDecodeError as error:
-        raise _SourceError(
+        raise SpecTextError(
             f"bad escape in string ({error.msg.lower()}); use \\\" \\\\ \\n \\t or \\uXXXX", token
         ) from None
     bad = _UNCARRIED.search(text)
     if bad is not None:
-        raise _SourceError(f"this escape gives {_describe_char(bad.group())}; remove it", _escape_of(token, bad.start()))
+        raise SpecTextError(f"this escape gives {describe_char(bad.group())}; remove it", _escape_of(token, bad.start()))
     return text
 
 
@@ -132,17 +116,7 @@ def _string(token: Token) -> str:
 # pattern may not hold one either.
 _UNCARRIED = re.compile("[\x00\ud800-\udfff]")
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
-_UNPRINTABLE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\ud800-\udfff]")
 _STRING_PIECE = re.compile(r'\\u[0-9a-fA-F]{4}|\\.|[^\\]')
-
-
-def _describe_char(char: str) -> str:
-    code = f"U+{ord(char):04X}"
-    if "\ud800" <= char <= "\udfff":
-        return f"{code}, a lone surrogate, which is not text (NVTX takes UTF-8)"
-    if char == "\x00":
-        return f"{code} (NUL), where NVTX would cut the text short"
-    return f"{code}, a control character, which no op name holds"
 
 
 def _escape_of(token: Token, index: int) -> Token:
@@ -156,12 +130,12 @@ def _escape_of(token: Token, index: int) -> Token:
     return token
 
 
-def _check_source(text: str) -> None:
-    """Raise `_SourceError` at the first NUL or lone surrogate in the raw text (see above)."""
+def _refuse_uncarried(text: str) -> None:
+    """Raise `SpecTextError` at the first NUL or lone surrogate in the spec text (see above)."""
     bad = _UNCARRIED.search(text)
     if bad is not None:
-        raise _SourceError(
-            f"spec text cannot contain {_describe_char(bad.group())}; remove it",
+        raise SpecTextError(
+            f"spec text cannot contain {describe_char(bad.group())}; remove it",
             Token("CHAR", bad.group(), start_pos=bad.start()),
         )
 
@@ -175,18 +149,19 @@ def _patterns(tokens: list[Token]) -> tuple[str, ...]:
     for token in tokens:
         text = _text(token)
         if not text:
-            raise _SourceError("an empty pattern matches nothing; remove it or write a name", token)
+            raise SpecTextError("an empty pattern matches nothing; remove it or write a name", token)
         control = _CONTROL.search(text)
         if control is not None:
-            raise _SourceError(
-                f"a pattern cannot contain {_describe_char(control.group())}; remove it",
+            raise SpecTextError(
+                f"a pattern cannot contain {describe_char(control.group())}; remove it",
                 _escape_of(token, control.start()),
             )
         patterns.append(text)
     return tuple(patterns)
 
 
-_SOURCE = re.compile(r"(?P<file>.+):(?P<first>[0-9]+)(?:\.\.(?P<last>[0-9]+))?\Z", re.DOTALL)
+# The pattern of a `source <file.py:52>` or `source <file.py:52..60>` filter.
+_FILE_LINES = re.compile(r"(?P<file>.+):(?P<first>[0-9]+)(?:\.\.(?P<last>[0-9]+))?\Z", re.DOTALL)
 
 
 @v_args(inline=False)
@@ -204,7 +179,7 @@ class _ToTree(Transformer):
         (token,) = children
         text = _text(token)
         if not text:
-            raise _SourceError("a label cannot be empty; write a name or drop the label", token)
+            raise SpecTextError("a label cannot be empty; write a name or drop the label", token)
         return text
 
     def or_expr(self, children) -> Or:
@@ -234,20 +209,20 @@ class _ToTree(Transformer):
     def each_class(self, children) -> EachClass:
         return EachClass(_patterns(children))
 
-    def source(self, children) -> Source:
+    def source(self, children) -> Source:  # the `source <file:lines>` filter
         (token,) = children
         (text,) = _patterns(children)
-        found = _SOURCE.match(text)
+        found = _FILE_LINES.match(text)
         if found is None:
-            raise _SourceError(
+            raise SpecTextError(
                 f"source <{text}> names no line; write source <file.py:52> or source <file.py:52..60>", token
             )
         first = int(found["first"])
         last = int(found["last"]) if found["last"] is not None else first
         if first < 1:
-            raise _SourceError("source lines count from 1", token)
+            raise SpecTextError("source lines count from 1", token)
         if last < first:
-            raise _SourceError(
+            raise SpecTextError(
                 f"source lines {first}..{last} end before they start; write {found['file']}:{last}..{first}", token
             )
         return Source(found["file"], first, last)
@@ -274,7 +249,7 @@ class _ToTree(Transformer):
         first = int(children[0])
         last = int(children[1]) if len(children) > 1 else None
         if last is not None and last < first:
-            raise _SourceError(
+            raise SpecTextError(
                 f"steps {first}..{last} ends before it starts; write steps {last}..{first}", children[1]
             )
         return Steps(first, last)
@@ -283,7 +258,7 @@ class _ToTree(Transformer):
         (token,) = children
         name = _text(token)
         if not name:
-            raise _SourceError("a proxy name cannot be empty", token)
+            raise SpecTextError("a proxy name cannot be empty", token)
         return Proxy(name)
 
     def first(self, children) -> First:
@@ -291,25 +266,6 @@ class _ToTree(Transformer):
 
     def last(self, children) -> Last:
         return Last(children[0])
-
-
-# What each terminal is, in the words of the language reference.
-_TERMINAL_WORDS = {
-    "NAME": "a name",
-    "GLOB": "an op name or glob",
-    "STRING": 'a "quoted string"',
-    "INT": "a number",
-    "_NL": "end of line",
-    "$END": "end of input",
-}
-# Order in which alternatives are listed in a message: keywords, punctuation, then kinds of word.
-_ORDER = ["COMMA", "MORETHAN", "RPAR", "COLON", "LPAR", "LESSTHAN"]
-
-
-@functools.lru_cache(maxsize=None)
-def _literal_terminals() -> dict[str, str]:
-    parser = lark.Lark(grammar_text(), parser="lalr")
-    return {t.name: t.pattern.value for t in parser.terminals if isinstance(t.pattern, lark.lexer.PatternStr)}
 
 
 @functools.lru_cache(maxsize=1)
@@ -324,137 +280,6 @@ def _parser() -> lark.Lark:
     )
 
 
-def _describe_terminal(name: str) -> str:
-    if name in _TERMINAL_WORDS:
-        return _TERMINAL_WORDS[name]
-    literal = _literal_terminals().get(name)
-    return f'"{literal}"' if literal is not None else name.lower()
-
-
-def _alternatives(expected: set[str]) -> str:
-    literals = _literal_terminals()
-
-    def order(name: str) -> tuple[int, str]:
-        if name in _TERMINAL_WORDS:
-            return (3, name)
-        if name in _ORDER:
-            return (2, str(_ORDER.index(name)))
-        return (1, literals.get(name, name))
-
-    names = sorted(expected - {"_NL", "$END", "SEMICOLON"}, key=order)
-    words = [_describe_terminal(n) for n in names]
-    if expected & {"_NL", "$END", "SEMICOLON"}:
-        words.append("the end of the rule")
-    if not words:
-        return "nothing more"
-    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]
-
-
-def _closing_hint(expected: set[str]) -> str:
-    if "MORETHAN" in expected:
-        return ' to close the "<" list'
-    if "RPAR" in expected:
-        return ' to close "("'
-    return ""
-
-
-def _got(token: Token) -> str:
-    if token.type == "$END":
-        return "end of input"
-    if token.type == "_NL":
-        return "end of line"
-    return '"' + _UNPRINTABLE.sub(lambda m: f"U+{ord(m.group()):04X}", str(token)) + '"'
-
-
-_WORD_AT = re.compile(r'[^\s,<>()";#]+')
-_WORD_BEFORE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*$")
-_FILTER_WORDS = [
-    "op", "reads", "between", "forward", "backward", "all", "rank", "steps", "not",
-    "module", "class", "each", "source",
-]  # fmt: skip
-
-
-def _message_for_token(error: lark.exceptions.UnexpectedToken, source_line: str, column: int) -> tuple[str, int]:
-    """The message and 1-based column for an unexpected token."""
-    token = error.token
-    # LALR's own `expected` includes look-ahead of reductions; `accepts()` asks
-    # the parser state what it would really take next.
-    expected = set(error.interactive_parser.accepts()) if error.interactive_parser else set(error.expected)
-    before = source_line[: column - 1]
-    word = _WORD_BEFORE.search(before)
-    if token.type == "COLON" and word and word.group(1) in KEYWORDS:
-        keyword = word.group(1)
-        return (f'the label "{keyword}" is a keyword; quote it: "{keyword}":', word.start(1) + 1)
-    if expected == {"COLON"} and word:
-        name = word.group(1)
-        close = difflib.get_close_matches(name, _FILTER_WORDS, n=1)
-        hint = f' (did you mean "{close[0]}"?)' if close else ""
-        return (
-            f'unknown filter "{name}"{hint}; a rule starts with a filter '
-            f"({', '.join(_FILTER_WORDS)}) or a label followed by \":\"",
-            word.start(1) + 1,
-        )
-    return (f"expected {_alternatives(expected)}{_closing_hint(expected)}, got {_got(token)}", column)
-
-
-def _syntax_error(message: str, *, source: str, filename: str, pos: int, width: int = 1) -> SelectorSyntaxError:
-    """Build the error for character offset `pos` of `source` (pos may be len(source))."""
-    pos = min(max(pos, 0), len(source))
-    line_start = source.rfind("\n", 0, pos) + 1
-    line_end = source.find("\n", pos)
-    line_end = len(source) if line_end == -1 else line_end
-    # Shown, not parsed: what would garble or fail to print becomes U+FFFD, one column each.
-    text = _UNPRINTABLE.sub("\ufffd", source[line_start:line_end].rstrip("\r"))
-    lineno = source.count("\n", 0, pos) + 1
-    offset = pos - line_start + 1
-    return SelectorSyntaxError(
-        message, filename=filename, lineno=lineno, offset=offset, text=text, end_offset=offset + max(width, 1)
-    )
-
-
-def _convert(error: Exception, source: str, filename: str) -> SelectorSyntaxError:
-    if isinstance(error, _SourceError):
-        token = error.token
-        return _syntax_error(
-            error.message, source=source, filename=filename, pos=token.start_pos, width=len(token)
-        )
-    if isinstance(error, lark.exceptions.UnexpectedCharacters):
-        char = source[error.pos_in_stream]
-        if _UNPRINTABLE.match(char):
-            char = f"U+{ord(char):04X}"
-        expected = set(error.allowed or ())
-        if char == '"':
-            message = 'this string is not closed; end it with " on the same line'
-        else:
-            message = f'unexpected character "{char}"; expected {_alternatives(expected)}{_closing_hint(expected)}'
-        return _syntax_error(message, source=source, filename=filename, pos=error.pos_in_stream)
-    if isinstance(error, lark.exceptions.UnexpectedToken):
-        token = error.token
-        if token.type == "$END" or token.start_pos is None:
-            # At end of input the caret goes after the last character (of the last line).
-            pos, width = len(source.rstrip("\r\n")), 1
-        else:
-            pos, width = token.start_pos, len(token) if token.type != "_NL" else 1
-            word = _WORD_AT.match(source, pos)
-            if word and word.end() - pos > width:
-                # The fallback lexer may have matched only part of the word the user wrote.
-                token = Token(token.type, word.group(0), start_pos=pos)
-                error.token, width = token, len(token)
-        line_start = source.rfind("\n", 0, pos) + 1
-        line_end = source.find("\n", pos)
-        line = source[line_start : len(source) if line_end == -1 else line_end]
-        message, column = _message_for_token(error, line, pos - line_start + 1)
-        if column != pos - line_start + 1:
-            word_pos = line_start + column - 1
-            word = _WORD_BEFORE.search(line[: pos - line_start])
-            return _syntax_error(
-                message, source=source, filename=filename, pos=word_pos, width=len(word.group(1)) if word else 1
-            )
-        return _syntax_error(message, source=source, filename=filename, pos=pos, width=width)
-    # No UnexpectedEOF: lark raises it from Earley only; LALR reports the end as an UnexpectedToken "$END".
-    raise error
-
-
 def parse(text: str, *, filename: str = "<select>") -> Spec:
     """Parse spec text into a `Spec` tree.
 
@@ -465,38 +290,65 @@ def parse(text: str, *, filename: str = "<select>") -> Spec:
         raise TypeError(f"a spec is text (str), not {type(text).__name__}")
     parser = _parser()
     try:
-        _check_source(text)
+        _refuse_uncarried(text)
         rules = parser.parse(text)
-    except (lark.exceptions.LarkError, _SourceError) as error:
-        raise _convert(error, text, filename) from None
+    except (lark.exceptions.LarkError, SpecTextError) as error:
+        raise syntax_error_for(error, text, filename) from None
     spans = parser.options.postlex.spans()
+    for rule, (start, _, _) in zip(rules, spans):
+        levels = depth(rule.expr)
+        if levels > MAX_NESTING:
+            raise syntax_error_at(
+                f"this rule nests {levels} levels deep, over the limit of {MAX_NESTING}; "
+                "simplify it (not not X is X; a and (b and c) is a and b and c)",
+                text=text, filename=filename, pos=start,
+            )  # fmt: skip
     rules = tuple(
         dataclasses.replace(rule, line=line, text=text[start:end]) for rule, (start, end, line) in zip(rules, spans)
     )
     return Spec(rules, filename=filename)
 
 
-def load(path: str | os.PathLike[str]) -> Spec:
-    """Read and parse a ``.nvtx`` file.
+def parse_bytes(data: bytes, filename: str) -> Spec:
+    """Decode and parse the bytes of a spec (a file's, or standard input's).
 
-    Raises `SelectorError` naming the path when it is missing, a directory, or
-    not UTF-8, and `SelectorSyntaxError` (with the path as its filename) when
-    its text does not parse.
+    Like Python for source files, a leading UTF-8 byte order mark is dropped.
+    Raises `SelectorError` naming `filename` for data that is not UTF-8 text
+    (with the byte offset) or is binary (holds a NUL byte), and
+    `SelectorSyntaxError` when the text does not parse.
+    """
+    nul = data.find(b"\x00")
+    if nul != -1:
+        raise SelectorError(f"{filename}: binary data, not spec text (a NUL byte at offset {nul}); a spec is UTF-8 text")
+    try:
+        text = data.removeprefix(b"\xef\xbb\xbf").decode("utf-8")
+    except UnicodeDecodeError as error:
+        bom = 3 if data.startswith(b"\xef\xbb\xbf") else 0
+        at = error.start + bom
+        line = data.count(b"\n", 0, at) + 1
+        raise SelectorError(
+            f"{filename}: not UTF-8 text (byte {at} is 0x{data[at]:02X}, on line {line}: {error.reason}); save it as UTF-8"
+        ) from None
+    return parse(text, filename=filename)
+
+
+def load(path: str | os.PathLike[str]) -> Spec:
+    """Read and parse a ``.nvtx`` file (decoded as `parse_bytes` does).
+
+    Raises `SelectorError` naming the path when it is missing, a directory,
+    unreadable, binary or not UTF-8, and `SelectorSyntaxError` (with the path
+    as its filename) when its text does not parse.
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except FileNotFoundError:
         raise SelectorError(f"{path}: no such spec file; check the path (working directory is {os.getcwd()})") from None
     except IsADirectoryError:
         raise SelectorError(f"{path}: is a directory; name a .nvtx file inside it") from None
-    except UnicodeDecodeError as error:
-        raise SelectorError(
-            f"{path}: not UTF-8 text (byte {error.start}: {error.reason}); save the file as UTF-8"
-        ) from None
     except OSError as error:
         raise SelectorError(f"{path}: cannot read the spec file: {error.strerror}") from None
-    return parse(text, filename=str(path))
+    return parse_bytes(data, str(path))
 
 
 def spec_from_arguments(select: str | None, spec: str | os.PathLike[str] | None) -> Spec | None:

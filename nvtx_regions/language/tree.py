@@ -10,9 +10,10 @@ Promises:
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Union, get_args
+
+from .grammar import syntax
 
 __all__ = [
     "Spec",
@@ -39,21 +40,19 @@ __all__ = [
     "Last",
     "Expr",
     "Endpoint",
+    "conjuncts",
     "KEYWORDS",
     "EXPR_TYPES",
     "NODE_TYPES",
     "Visitor",
     "render",
     "walk",
-    "conjuncts",
+    "depth",
 ]
 
-# Words the grammar reserves at the start of a rule; a label spelled like one
-# must be quoted.
-KEYWORDS = frozenset(
-    {"op", "in", "reads", "between", "forward", "backward", "all", "rank", "steps",
-     "first", "last", "and", "or", "not", "of", "module", "class", "each", "source"}
-)
+# Words the grammar reserves (derived from it); a label or proxy spelled like
+# one must be quoted.
+KEYWORDS = syntax().keywords
 
 
 @dataclass(frozen=True)
@@ -313,8 +312,24 @@ def walk(expr: Expr) -> Iterator[Expr | Proxy]:
         stack.extend(reversed(_CHILDREN.visit(node)))
 
 
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_GLOB = re.compile(r'[^\s,<>"#;()]+\Z')
+def depth(expr: Expr) -> int:
+    """How many nodes deep `expr` nests (a filter alone is 1, ``not all`` is 2).
+
+    Iterative, so that it answers for any depth; the recursive passes
+    (`render`, compile, equality) rely on `parse` refusing deep trees.
+    """
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(expr, 1)]
+    while stack:
+        node, level = stack.pop()
+        deepest = max(deepest, level)
+        stack.extend((child, level + 1) for child in _CHILDREN.visit(node))
+    return deepest
+
+
+# What may be written unquoted: the grammar's own NAME and GLOB terminals.
+_NAME = syntax().fullmatch("NAME")
+_GLOB = syntax().fullmatch("GLOB")
 
 _PRECEDENCE = {Or: 1, And: 2, Not: 3}
 

@@ -21,12 +21,28 @@ from ..language.tree import ClassIn, EachClass, EachModule, ModuleIn, OpIn, Prox
 
 __all__ = ["RuleTally", "op_hint", "report_unselected", "nearest"]
 
-# Ops that thunder 0.2.6 decomposes before the trace a transform sees, so that
-# their name is in no trace: name -> the ops that run instead.
-DECOMPOSED = {"gelu": ("erf", "mul", "add")}
+# Ops that thunder decomposes before the trace a transform sees (when
+# gradients are needed), so that their name is in no trace: name -> the ops
+# that run instead. Checked on thunder 0.2.6 / torch 2.11 by
+# tests/test_reliability.py::test_decomposed_ops_table_matches_thunder.
+DECOMPOSED = {
+    "gelu": ("erf", "mul", "add"),
+    "relu": ("gt", "where"),
+    "leaky_relu": ("gt", "mul", "where"),
+    "relu6": ("gt", "lt", "where"),
+    "hardtanh": ("gt", "lt", "where"),
+    "sigmoid": ("neg", "exp", "add", "reciprocal"),
+    "dropout": ("uniform", "lt", "mul"),
+}
 # A selection that covers a decomposed op as a whole (the ops of the modules
 # that call it), named in its hint.
-WHOLE_SELECTION: dict[str, str] = {"gelu": "class <GELU> (the GELU modules' ops)"}
+WHOLE_SELECTION: dict[str, str] = {
+    name: f"class <{cls}> (the {cls} modules' ops)"
+    for name, cls in {
+        "gelu": "GELU", "relu": "ReLU", "leaky_relu": "LeakyReLU", "relu6": "ReLU6",
+        "hardtanh": "Hardtanh", "sigmoid": "Sigmoid", "dropout": "Dropout",
+    }.items()
+}  # fmt: skip
 
 
 def op_hint(glob: str, op_names: list[str]) -> str:

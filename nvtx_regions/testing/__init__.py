@@ -43,6 +43,7 @@ from ..capture.inject import (
     capture_subprocess,
     is_attached,
 )
+from ..core.errors import CaptureFileError
 from ..capture.chrome import RangeRecord, load_chrome_trace, to_chrome_trace, write_chrome_trace
 from ..capture.summary import Summary, SummaryRow, summarize
 from ..capture.build import CaptureUnavailable, build_tool, unavailable_reason
@@ -50,6 +51,7 @@ from ..capture.build import CaptureUnavailable, build_tool, unavailable_reason
 __all__ = [
     "KINDS",
     "BalanceProblem",
+    "CaptureFileError",
     "CaptureNotAttached",
     "CaptureResult",
     "CaptureUnavailable",
