@@ -1,9 +1,10 @@
 """``nvtx-regions nsys``: exact command lines for a table of specs.
 
-Nsight is not installed here, so the commands are checked against what the
-Nsight Systems User Guide ("CLI Profile Command Switch Options") documents:
-flag names, value forms (``range@domain``, ``repeat-shutdown:N``,
-``%q{ENV_VAR}`` in ``--output``, ``default`` for the default domain).
+The commands are checked against what the Nsight Systems User Guide ("CLI
+Profile Command Switch Options") documents: flag names, value forms
+(``range@domain``, ``repeat-shutdown:N``, ``%q{ENV_VAR}`` in ``--output``,
+``default`` for the default domain). tests/test_nsys_real.py runs such
+commands under the real nsys.
 """
 
 from __future__ import annotations
@@ -20,16 +21,17 @@ from nvtx_regions import parse
 from nvtx_regions.commands.nsys import nsys_command, split_torchrun
 
 ROOT = Path(__file__).resolve().parents[1]
-BASE = "nsys profile --trace=cuda,nvtx --nvtx-domain-include=nvtx_regions"
+OFF = "--sample=none --cpuctxsw=none"
+BASE = f"nsys profile --trace=cuda,nvtx --nvtx-domain-include=nvtx_regions {OFF}"
 REGION = "between first(op in <linear>)..last(op in <linear>)"
 
 CASES = [
     # (spec, command, options, expected command line)
     ("op in <linear>", "python train.py", {}, f"{BASE} --output=nvtx_regions_report python train.py"),
     ("all", "python train.py", {"domain": None},
-     "nsys profile --trace=cuda,nvtx --nvtx-domain-include=default --output=nvtx_regions_report python train.py"),
+     f"nsys profile --trace=cuda,nvtx --nvtx-domain-include=default {OFF} --output=nvtx_regions_report python train.py"),
     ("all", "python t.py", {"domain": "my,model", "output": "r"},
-     r"nsys profile --trace=cuda,nvtx '--nvtx-domain-include=my\,model' --output=r python t.py"),
+     rf"nsys profile --trace=cuda,nvtx '--nvtx-domain-include=my\,model' {OFF} --output=r python t.py"),
     # a labelled region gated to steps: capture on its range, one collection per step
     (f"ffn: {REGION} and forward and steps 10..12", "python train.py", {},
      f"{BASE} --capture-range=nvtx --nvtx-capture=ffn@nvtx_regions --capture-range-end=repeat-shutdown:3 "
@@ -44,7 +46,7 @@ CASES = [
      "--output=nvtx_regions_report python train.py"),
     # the default domain: the range name alone
     (f"ffn: {REGION} and forward and steps 1..1", "python train.py", {"domain": None},
-     "nsys profile --trace=cuda,nvtx --nvtx-domain-include=default --capture-range=nvtx --nvtx-capture=ffn "
+     f"nsys profile --trace=cuda,nvtx --nvtx-domain-include=default {OFF} --capture-range=nvtx --nvtx-capture=ffn "
      "--capture-range-end=repeat-shutdown:1 --output=nvtx_regions_report python train.py"),
     # a steps gate without a label, or on per-op ranges: no capture range
     (f"{REGION} and forward and steps 10..12", "python train.py", {}, f"{BASE} --output=nvtx_regions_report python train.py"),
@@ -70,7 +72,7 @@ CASES = [
      f"torchrun --nproc_per_node=2 --no-python {BASE} '--output=nvtx_regions_report.rank%q{{RANK}}' ./run.sh a"),
     (f"ffn: {REGION} and forward and steps 10..12 and rank in <0>", "python -m torch.distributed.run --nnodes=1 train.py", {},
      f"python -m torch.distributed.run --nnodes=1 --no-python {BASE} --capture-range=nvtx "
-     "--nvtx-capture=ffn@nvtx_regions --capture-range-end=repeat-shutdown:3 "
+     "--nvtx-capture=ffn@nvtx_regions --capture-range-end=repeat:3 "
      "'--output=nvtx_regions_report.rank%q{RANK}' python -u train.py"),
 ]  # fmt: skip
 
@@ -127,6 +129,7 @@ def test_cli_prints_the_command_for_a_spec_file():
     assert result.returncode == 0, result.stderr
     assert result.stdout.rstrip().endswith(
         "nsys profile \\\n    --trace=cuda,nvtx \\\n    --nvtx-domain-include=nvtx_regions \\\n"
+        "    --sample=none \\\n    --cpuctxsw=none \\\n"
         "    --capture-range=nvtx \\\n    --nvtx-capture=block0@nvtx_regions \\\n"
         "    --capture-range-end=repeat-shutdown:3 \\\n    --output=nvtx_regions_report \\\n    python examples/train.py"
     )

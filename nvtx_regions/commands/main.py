@@ -7,6 +7,7 @@
     nvtx-regions nsys regions.nvtx -- python train.py            # commands/nsys.py
     nvtx-regions explain regions.nvtx -- python train.py         # commands/explain.py
     nvtx-regions compare eager.json thunder.json                  # commands/compare.py
+    nvtx-regions report nvtx_regions_report.nsys-rep              # commands/report.py
     nvtx-regions --version
 """
 
@@ -65,6 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in RUNNERS:
         return _run_command(argv[0], argv[1:])
+    if argv and argv[0] == "report":
+        from .report import main as report_main
+
+        return report_main(argv[1:])
     parser = argparse.ArgumentParser(prog="nvtx-regions", description="Check nvtx_regions spec files; see and summarize NVTX ranges before the GPU run.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -73,8 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("grammar", help="print the grammar (the one definition of the syntax)")
     for name, (_, text) in RUNNERS.items():
         commands.add_parser(name, help=f"{text} (nvtx-regions {name} --help)")
-    compare = commands.add_parser("compare", help="two capture files (Chrome trace JSON) side by side per range name")
-    compare.add_argument("a", help="the first capture: a Chrome trace JSON file (nvtx-regions capture -o A.json)")
+    commands.add_parser("report", help="summarize nsys reports (.nsys-rep, .sqlite) or captures per range, rule and module (nvtx-regions report --help)")
+    compare = commands.add_parser("compare", help="two captures (Chrome trace JSON) or nsys reports side by side per range name")
+    compare.add_argument("a", help="the first capture: a Chrome trace JSON file (nvtx-regions capture -o A.json) or an nsys report (.nsys-rep, .sqlite)")
     compare.add_argument("b", help="the second capture, compared with the first (ratio: b / a)")
     compare.add_argument("--domain", help="only this NVTX domain's ranges (NVTX: the default domain)")
     compare.add_argument("--names", nargs=2, metavar=("A", "B"), help="column names (default: the file names)")

@@ -14,13 +14,20 @@ need no change here. The command:
   that region's NVTX range and collects one capture range per range it
   pushes, so only those steps are recorded (with ``rank in`` on the same
   rule, other ranks never push it and so never start collecting);
+- turns CPU sampling and thread-switch tracing off (see `SAMPLING_OFF`);
+- at the end of the last collection of a bounded ``steps`` gate, a single
+  process is ended by nsys (SIGTERM, exit status 143); under torchrun every
+  rank runs to its end instead (ending one rank would make torchrun fail the
+  job and stop the other ranks' nsys mid-collection);
 - under torchrun, runs nsys inside each worker (``torchrun --no-python nsys
   profile ...``) with the rank in the report name: one report per rank.
 
 Every flag name and value comes from the Nsight Systems User Guide, section
 "CLI Profile Command Switch Options" (docs.nvidia.com/nsight-systems/UserGuide),
-cited per flag below. Not run against a real nsys here (no Nsight on these
-machines); tests/test_nsys.py checks the command lines against a table of specs.
+cited per flag below, and says which nsys versions it was run on
+(`CHECKED`): tests/test_nsys_real.py runs the commands for README's specs
+under the real nsys, tests/test_nsys.py checks the command lines for a table
+of specs.
 """
 
 from __future__ import annotations
@@ -40,6 +47,8 @@ from .child import CommandError
 __all__ = ["Flag", "NsysCommand", "nsys_command", "split_torchrun"]
 
 GUIDE = "Nsight Systems User Guide, CLI Profile Command Switch Options"
+# The nsys versions these commands were run on (tests/test_nsys_real.py, CPU only, no GPU).
+CHECKED = "checked on nsys 2022.4.2"
 
 
 @dataclass(frozen=True)
@@ -77,6 +86,21 @@ class NsysCommand:
         lines.append(shlex.join(current))
         out.append(" \\\n    ".join(lines))
         return "\n".join(out)
+
+
+# CPU sampling and thread-switch tracing are off. With them on, nsys 2022.4.2
+# (on Linux 6.18) hangs at the end of a collection: its agent's sampling thread
+# spins on EPOLLHUP from its perf_event descriptors (seen with strace) once a
+# traced thread is gone, and never finishes stopping. At the end of a capture
+# range the script's NVTX pop waits for that stop, so the script hangs too
+# (examples/train.py with examples/profile_steps.nvtx: 2 runs of 2 here, 2 of 3
+# before); at the end of a whole run the script has exited and nsys hangs
+# (the quickstart, 1 run of 3, under load). With both off, every run finished.
+SAMPLING_OFF = (
+    Flag("--sample=none", f"no CPU sampling: with it, nsys 2022.4.2 could hang at the end of a collection ({CHECKED})",
+         f"{GUIDE}: --sample"),
+    Flag("--cpuctxsw=none", f"no thread-switch tracing, for the same reason ({CHECKED})", f"{GUIDE}: --cpuctxsw"),
+)  # fmt: skip
 
 
 def _capture_rule(rules: Sequence[CompiledRule]) -> RegionRule | None:
@@ -197,15 +221,22 @@ def nsys_command(
     """
     compiled = compile_spec(spec)
     flags = [
-        Flag("--trace=cuda,nvtx", "record NVTX ranges and the CUDA API calls and kernels under them", f"{GUIDE}: --trace"),
+        Flag(
+            "--trace=cuda,nvtx",
+            "record NVTX ranges and the CUDA API calls and kernels under them "
+            f"({CHECKED}; on a machine without CUDA it records the NVTX ranges alone, without error)",
+            f"{GUIDE}: --trace",
+        ),
         Flag(
             f"--nvtx-domain-include={_domain_value(domain)}",
-            f"keep only NVTX events of the spec's domain ({'the default domain' if domain is None else repr(domain)})",
+            f"keep only NVTX events of the spec's domain ({'the default domain' if domain is None else repr(domain)}; {CHECKED})",
             f"{GUIDE}: --nvtx-domain-include",
         ),
+        *SAMPLING_OFF,
     ]
     notes: list[str] = []
     rule = _capture_rule(compiled.rules)
+    torchrun = split_torchrun(command)
     if rule is not None:
         gate, region = rule.gate, rule.region  # set: _capture_rule checked them
         label = rule.rule.label
@@ -216,26 +247,35 @@ def nsys_command(
                     "rename it without '@' to start collecting at its range"
                 )
         target = label if domain is None else f"{label}@{domain}"
-        flags.append(Flag("--capture-range=nvtx", "collect only inside an NVTX range", f"{GUIDE}: --capture-range"))
+        flags.append(Flag("--capture-range=nvtx", f"collect only inside an NVTX range ({CHECKED})", f"{GUIDE}: --capture-range"))
         flags.append(
             Flag(
                 f"--nvtx-capture={target}",
-                f"the range of region {label!r} (line {rule.rule.line}), pushed only in {gate.text()}",
+                f"the range of region {label!r} (line {rule.rule.line}), pushed only in {gate.text()} "
+                f"(a registered string, which nsys matches by default; {CHECKED})",
                 f"{GUIDE}: --nvtx-capture",
             )
         )
         if gate.last_step is None:
             end, times = "repeat", f"every range {label!r} from step {gate.first_step} on"
+            after = ""
         else:
             steps = gate.last_step - gate.first_step + 1
             per_step = 1 if region.phase is not None else 2
-            end = f"repeat-shutdown:{steps * per_step}"
+            count = steps * per_step
             times = f"{steps} step{'s' * (steps != 1)}"
             times += "" if per_step == 1 else " x 2 (a region without `and forward`/`and backward` may be in both traces)"
+            if torchrun:
+                end = f"repeat:{count}"
+                after = (", then each rank runs to its end uncollected (ending a rank early would make torchrun "
+                         "fail the job and stop the other ranks' nsys)")  # fmt: skip
+            else:
+                end = f"repeat-shutdown:{count}"
+                after = ", then nsys ends the session and the script (SIGTERM: exit status 143)"
         flags.append(
             Flag(
                 f"--capture-range-end={end}",
-                f"one collection per range, {times}" + (", then end the session" if gate.last_step is not None else ""),
+                f"one collection per range, {times}{after} ({CHECKED})",
                 f"{GUIDE}: --capture-range-end",
             )
         )
@@ -252,15 +292,16 @@ def nsys_command(
                     f"{gated.describe()} has a steps gate but {why}, so there is no capture range: "
                     "the whole run is recorded (its ranges still appear only in those steps)"
                 )
-    torchrun = split_torchrun(command)
     report = f"{output}.rank%q{{RANK}}" if torchrun else output
+    numbered = "; one per collection, numbered .1, .2, ... before .nsys-rep" if rule is not None else ""
     flags.append(
         Flag(
             f"--output={report}",
-            "one report per rank: nsys substitutes each worker's RANK" if torchrun else "the report file name",
+            (f"one report per rank: nsys substitutes each worker's RANK{numbered} ({CHECKED})" if torchrun
+             else f"the report file name{numbered} ({CHECKED})"),
             f"{GUIDE}: --output",
         )
-    )
+    )  # fmt: skip
     nsys = ["nsys", "profile", *(f.text for f in flags)]
     if torchrun:
         launcher, worker = torchrun

@@ -10,7 +10,8 @@ package's C function ``push_range``, prebuilt `EventAttributes` with a
 registered string, and the domain's C handle. Pops read
 ``nvtx_regions_3_pop_0(nvtx_regions_3_domain); nvtx_regions_3_at[0] = 10``.
 With no NVTX tool attached
-the nvtx package hands out a dummy domain, and push and pop are C no-ops.
+the nvtx package hands out a dummy domain, and push and pop are C no-ops
+(`nvtx_domain` says how a tool is recognised).
 
 Recovery after an exception costs nothing per range until something raises:
 every push and pop line stores its *point* (its number among the trace's push
@@ -54,6 +55,7 @@ two bound symbols per range. `enter`:
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import sys
@@ -65,7 +67,7 @@ from ..core.naming import DEFAULT_DOMAIN
 from ..selection.compile import Gate
 
 # DEFAULT_DOMAIN lives in core.naming; it is named here too for callers of this module's API.
-__all__ = ["Domain", "TraceRuntime", "current_rank", "DEFAULT_DOMAIN"]
+__all__ = ["Domain", "TraceRuntime", "current_rank", "nvtx_domain", "DEFAULT_DOMAIN"]
 
 # C callables standing in for push(attributes, domain) and pop(domain) when a
 # gate is closed or no tool is attached: no Python frame, no effect, no
@@ -129,9 +131,7 @@ class Domain:
         if self._handle is None:
             with self._lock:
                 if self._handle is None:
-                    import nvtx
-
-                    self._handle = nvtx.get_domain(self.name)
+                    self._handle = nvtx_domain(self.name)
         return self._handle
 
     def attributes(self, message: str, *, color: int | None = None, category: str | None = None) -> Any:
@@ -139,6 +139,39 @@ class Domain:
         handle = self.handle
         category_id = handle.get_category_id(category) if category else None
         return handle.get_event_attributes(message=message, color=color, category=category_id)
+
+
+def nvtx_domain(name: str | None) -> Any:
+    """The `nvtx` package's domain object for `name`: a real one whenever an NVTX tool is attached.
+
+    With no tool attached it is nvtx's dummy domain, whose ranges cost nothing
+    (`_push_pop` then hands out C no-ops). nvtx >= 0.2.12 decides "no tool"
+    by asking ``nvtxDomainIsEnabled``, which comes from NVTX's payload
+    extension: Nsight Systems 2022.4 (CUDA 11.8's) does not implement it and
+    answers "disabled", so `nvtx.get_domain` hands out the dummy and every
+    range is silently lost. A tool is attached when NVTX was told to load one
+    (``NVTX_INJECTION64_PATH``, which nsys and our capture tool both set);
+    then the domain is built from its C handle without that question.
+    """
+    import nvtx
+
+    domain = nvtx.get_domain(name)
+    if hasattr(domain, "handle") or not os.environ.get("NVTX_INJECTION64_PATH") or not nvtx.enabled():
+        return domain
+    return _unasked_domain(name)
+
+
+@functools.lru_cache(maxsize=None)
+def _unasked_domain(name: str | None) -> Any:
+    """nvtx's `Domain` for `name` without ``nvtxDomainIsEnabled``; one per name, as `nvtx.get_domain`
+    keeps (category ids are numbered per object, and dropping the handle destroys the NVTX domain)."""
+    from nvtx._lib.lib import Domain as NvtxDomain, DomainHandle
+
+    # nvtx's Domain.__new__ is what asks the question; __init__ only fills in the rest.
+    domain = object.__new__(NvtxDomain)
+    domain.handle = DomainHandle(name)
+    domain.__init__(name)
+    return domain
 
 
 def current_rank() -> int:

@@ -28,6 +28,7 @@ from typing import Any
 
 from ..capture.chrome import TraceInput, complete_events, to_chrome_trace
 from ..capture.chrome import write_chrome_trace as write_trace
+from ..capture.nsys_report import REPORT_SUFFIXES, read_report
 
 __all__ = ["CompareRow", "compare", "load_ranges", "render_table", "write_chrome_trace", "chrome_trace"]
 
@@ -56,10 +57,15 @@ def load_ranges(source: TraceInput, *, domain: str | None = _ANY) -> list[tuple[
     """(domain, name, duration in µs) of each complete event of a Chrome trace (a path or loaded JSON).
 
     `domain` keeps only that domain's ranges (None: NVTX's default domain).
+    An Nsight Systems report (``.nsys-rep``, or its ``.sqlite`` export) is
+    read with `capture.nsys_report.read_report`.
     Raises `CaptureFileError` for a file that is missing or not a Chrome
-    trace, naming the event for one that is not a well-formed range
-    (`nvtx_regions.capture.chrome.complete_events`).
+    trace or an nsys report, naming the event for one that is not a
+    well-formed range (`nvtx_regions.capture.chrome.complete_events`).
     """
+    if isinstance(source, (str, os.PathLike)) and os.fspath(source).endswith(REPORT_SUFFIXES):
+        ranges = read_report(source).ranges
+        return [(r.domain, r.message or "", r.duration_ns / 1000) for r in ranges if domain is _ANY or r.domain == domain]
     return [
         (event.domain, event.name, event.dur_us)
         for event in complete_events(source)

@@ -1,0 +1,395 @@
+"""The ranges as Nsight Systems itself records them: real ``nsys profile`` runs, read back from
+``nsys export --type sqlite`` (``NVTX_EVENTS`` with ``StringIds``) here in the test.
+
+Every command run under nsys is one that ``nvtx-regions nsys`` prints (`nsys_command`), for
+README's specs and for a few more: each must finish on its own and collect exactly what its
+comments say. Each nsys run costs tens of seconds, so one run serves several tests
+(module-scoped fixtures).
+
+Needs nsys (``.ci/install-nsys`` installs Nsight Systems 2022.4.2 on Debian bookworm):
+without it these tests skip, except under ``CI=true``, where they fail.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from nvtx_regions import parse
+from nvtx_regions.capture.chrome import RangeRecord, iter_items, write_chrome_trace
+from nvtx_regions.capture.summary import summarize
+from nvtx_regions.commands.nsys import nsys_command
+from nvtx_regions.commands.report import load_records, module_rows
+from nvtx_regions.language.parse import load
+from nvtx_regions.report.compare import compare
+from nvtx_regions.testing import capture_subprocess, unavailable_reason
+
+ROOT = Path(__file__).resolve().parents[1]
+NSYS = shutil.which("nsys")
+INSTALL = ".ci/install-nsys"
+TIMEOUT = 400  # s per nsys run; the runs here take 10-60 s on 2 busy cores
+PYTHON = sys.executable
+# The generated commands name `python` and `torchrun`: this interpreter's.
+ENV = {**os.environ, "PATH": f"{Path(PYTHON).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _nsys_installed():
+    if NSYS is None:
+        message = f"Nsight Systems (nsys) is not installed; {INSTALL} installs it (root, Debian bookworm)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message + ". Under CI=true the nsys tests run; they do not skip")
+        pytest.skip(message)
+
+
+# ------------------------------------------------------------------ running nsys and reading its export
+
+
+@dataclass(frozen=True)
+class Run:
+    returncode: int
+    seconds: float
+    output: str
+
+
+def run(argv, *, timeout: float = TIMEOUT, again: bool = True) -> Run:
+    """Run `argv` in the repository root in its own process group; fail the test if it has not ended by `timeout`.
+
+    nsys 2022.4.2 sometimes fails to start under load: status 1 and only "End of file" within a
+    second (its CLI lost the connection to the agent it had just started; 1 run in about 40 here).
+    Such a start is tried once more.
+    """
+    start = time.monotonic()
+    process = subprocess.Popen(
+        list(argv), cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        output, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        output, _ = process.communicate()
+        pytest.fail(f"did not finish in {timeout} s: {shlex.join(argv)}\n{output[-3000:]}")
+    seconds = time.monotonic() - start
+    print(f"\n[nsys run: {seconds:.1f} s, status {process.returncode}] {shlex.join(argv)}")
+    if again and process.returncode == 1 and seconds < 10 and output.strip() == "End of file":
+        return run(argv, timeout=timeout, again=False)
+    return Run(process.returncode, seconds, output)
+
+
+def export(report: Path) -> Path:
+    target = report.with_suffix(".sqlite")
+    done = subprocess.run(
+        [NSYS, "export", "--type=sqlite", "--force-overwrite=true", f"--output={target}", str(report)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return target
+
+
+@dataclass(frozen=True)
+class NsysRange:
+    start: int
+    end: int
+    message: str
+    domain: str | None
+    category: str | None
+    color: int | None
+    pid: int
+    tid: int
+    depth: int
+
+
+def nsys_ranges(sqlite: Path) -> list[NsysRange]:
+    """The push/pop ranges of an nsys SQLite export, in start order, with their nesting depth per thread and domain."""
+    db = sqlite3.connect(sqlite)
+    try:
+        tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if "NVTX_EVENTS" not in tables:  # nsys writes no table for what it did not record
+            return []
+        kinds = dict(db.execute("SELECT name, id FROM ENUM_NSYS_EVENT_TYPE"))
+        text = "COALESCE(s.value, e.text)"
+        join = "FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId"
+        domains = {0: None} | dict(
+            db.execute(f"SELECT e.domainId, {text} {join} WHERE e.eventType = ?", [kinds["NvtxDomainCreate"]])
+        )
+        categories = {
+            (domain, number): name
+            for domain, number, name in db.execute(
+                f"SELECT e.domainId, e.category, {text} {join} WHERE e.eventType = ?", [kinds["NvtxCategory"]]
+            )
+        }
+        rows = db.execute(
+            f"SELECT e.start, e.end, {text}, e.domainId, e.category, e.color, e.globalTid {join} "
+            "WHERE e.eventType = ? ORDER BY e.start, e.end DESC",
+            [kinds["NvtxPushPopRange"]],
+        ).fetchall()
+    finally:
+        db.close()
+    out, stacks = [], {}
+    for start, end, message, domain_id, category, color, global_tid in rows:
+        stack = stacks.setdefault((global_tid, domain_id), [])
+        while stack and stack[-1] <= start:
+            stack.pop()
+        out.append(
+            NsysRange(start, end, message, domains[domain_id or 0], categories.get((domain_id, category)), color,
+                      (global_tid >> 24) & 0xFFFFFF, global_tid & 0xFFFFFF, len(stack))
+        )  # fmt: skip
+        stack.append(end)
+    return out
+
+
+def shape(ranges) -> list[tuple]:
+    """What both tools must agree on, per range in start order: message, domain, category name, colour, depth."""
+    return [(r.message, r.domain, r.category if isinstance(r, NsysRange) else r.category_name, r.color, r.depth)
+            for r in sorted(ranges, key=lambda r: (r.start if isinstance(r, NsysRange) else r.start_ns, r.depth))]  # fmt: skip
+
+
+def spec_file(directory: Path, text: str) -> Path:
+    path = directory / "spec.nvtx"
+    path.write_text(text + "\n", encoding="utf-8")
+    return path
+
+
+# ------------------------------------------------------------------ the quickstart, under nsys and under our capture
+
+
+@pytest.fixture(scope="module")
+def quickstart(tmp_path_factory):
+    """README's quickstart under the command `nvtx-regions nsys examples/regions.nvtx` prints, and under our capture."""
+    directory = tmp_path_factory.mktemp("nsys_quickstart")
+    command = nsys_command(load(ROOT / "examples/regions.nvtx"), [PYTHON, "examples/quickstart.py"],
+                           output=str(directory / "quickstart"))  # fmt: skip
+    done = run(command.argv)
+    assert done.returncode == 0, done.output[-3000:]
+    if unavailable_reason():
+        pytest.skip(f"capture tool unavailable: {unavailable_reason()}")
+    ours = capture_subprocess([PYTHON, "examples/quickstart.py"], cwd=ROOT, timeout=TIMEOUT).check()
+    (process,) = ours.processes.values()
+    records = [i for i in iter_items(process.events) if isinstance(i, RangeRecord)]
+    timeline = directory / "capture.json"
+    with open(timeline, "w", encoding="utf-8") as stream:
+        write_chrome_trace(process, stream)
+    (said,) = re.findall(r"(\d+) ranges", ours.stdout)
+    return directory / "quickstart.nsys-rep", export(directory / "quickstart.nsys-rep"), records, timeline, int(said)
+
+
+def test_quickstart_ranges_are_the_ones_our_capture_sees(quickstart):
+    _, sqlite, records, _, said = quickstart
+    seen = nsys_ranges(sqlite)
+    assert len(seen) == said == len(records) > 0
+    assert shape(seen) == shape(records)
+    assert {r.domain for r in seen} == {"nvtx_regions"}
+    assert {r.category for r in seen} == {"embed", "blocks", "attn0", "matmuls"}
+    assert max(r.depth for r in seen) >= 1  # per-op ranges nest inside the block ranges
+
+
+def test_report_gives_the_table_of_our_capture(quickstart):
+    report, sqlite, records, _, _ = quickstart
+    for path in (report, sqlite):
+        found, (read,) = load_records([str(path)])
+        assert read.gpu_ns is None  # no GPU here: no CUDA kernels in the report
+        for by in ("message", "label"):
+            assert summarize(found, by=by).instances() == summarize(records, by=by).instances()
+    printed = subprocess.run(
+        [PYTHON, "-m", "nvtx_regions", "report", str(sqlite)], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert printed.returncode == 0, printed.stderr
+    ours_by_label = str(summarize(records, by="label")).splitlines()
+    for line in ours_by_label[2:]:  # same rows by name and count (the times differ)
+        name, count = line.split()[-1], line.split()[2]
+        assert re.search(rf"^\s*\S+\s+\d+\s+{count}\s.*{re.escape(name)}$", printed.stdout, re.M), (line, printed.stdout)
+    assert "transformer.h.0" in printed.stdout and "GPU-projected time: none" in printed.stdout
+
+
+def test_compare_takes_nsys_reports(quickstart):
+    report, sqlite, _, timeline, said = quickstart
+    rows = compare(report, timeline)
+    assert sum(r.count_a for r in rows) == sum(r.count_b for r in rows) == said
+    assert all(r.count_a == r.count_b for r in rows)
+    printed = subprocess.run(
+        [PYTHON, "-m", "nvtx_regions", "compare", str(sqlite), str(timeline)], cwd=ROOT, capture_output=True,
+        text=True, timeout=120,
+    )  # fmt: skip
+    assert printed.returncode == 0, printed.stderr
+    assert "transformer.h.0 (backward)" in printed.stdout
+
+
+# ------------------------------------------------------------------ module ranges and gates on nanoGPT training steps
+
+MODULES_AND_GATE = "blocks: each module <transformer.h.*>\nsteps 2..3 and op in <linear>"
+
+
+@pytest.fixture(scope="module")
+def training(tmp_path_factory):
+    """5 training steps of examples/train.py under the printed command (no capture range: the whole run)."""
+    directory = tmp_path_factory.mktemp("nsys_training")
+    spec = spec_file(directory, MODULES_AND_GATE)
+    command = nsys_command(parse(MODULES_AND_GATE), [PYTHON, "examples/train.py", "--steps", "5", "--spec", str(spec)],
+                           output=str(directory / "training"))  # fmt: skip
+    assert not any(word.startswith("--capture-range") for word in command.argv)
+    done = run(command.argv)
+    assert done.returncode == 0, done.output[-3000:]
+    return directory / "training.nsys-rep", nsys_ranges(export(directory / "training.nsys-rep"))
+
+
+def test_each_module_forward_and_backward_in_order(training):
+    _, seen = training
+    blocks = [r.message for r in seen if r.category == "blocks"]
+    step = ["transformer.h.0", "transformer.h.1", "transformer.h.1 (backward)", "transformer.h.0 (backward)"]
+    assert blocks == step * 5
+
+
+def test_gated_ranges_only_in_their_steps(training):
+    _, seen = training
+    starts = [r.start for r in seen if r.message == "transformer.h.0"]  # one per step
+    gated = [r for r in seen if r.category not in ("blocks", None)]
+    per_step = [sum(1 for r in gated if starts[k] <= r.start < (starts[k + 1] if k + 1 < len(starts) else 1 << 62))
+                for k in range(len(starts))]  # fmt: skip
+    assert len(starts) == 5 and per_step[2] == per_step[3] > 0 and per_step[0] == per_step[1] == per_step[4] == 0
+    assert all("linear(" in r.message for r in gated)
+
+
+def test_report_per_module_forward_and_backward(training):
+    report, _ = training
+    records, _ = load_records([str(report)])
+    rows = {row.module: (len(row.forward), len(row.backward)) for row in module_rows(records)}
+    assert rows == {"transformer.h.0": (5, 5), "transformer.h.1": (5, 5)}
+
+
+# ------------------------------------------------------------------ capture ranges: README's spec, one process and torchrun
+
+STEPS = "examples/profile_steps.nvtx"
+
+
+def collected(directory: Path, stem: str) -> list[list[NsysRange]]:
+    """The ranges of each numbered report ``stem.N.nsys-rep`` in `directory`, in order of N."""
+    found = sorted(directory.glob(f"{stem}.*.nsys-rep"), key=lambda p: int(p.name.split(".")[-2]))
+    return [nsys_ranges(export(path)) for path in found]
+
+
+def assert_block0_collections(reports: list[list[NsysRange]]) -> None:
+    """Three collections, each one `block0` range and the linear ops inside it, as the command's comments say."""
+    assert len(reports) == 3
+    for ranges in reports:
+        (block,) = [r for r in ranges if r.message == "block0"]
+        inner = [r for r in ranges if r is not block]
+        assert inner and all(block.start <= r.start and r.end <= block.end and r.depth == 1 for r in inner)
+        assert all("linear(" in r.message and "transformer_h_0_" in r.message for r in inner)
+    assert len({len(r) for r in reports}) == 1
+
+
+def test_readme_steps_spec_one_process(tmp_path):
+    command = nsys_command(load(ROOT / STEPS), ["python", "examples/train.py", "--steps", "13", "--spec", STEPS],
+                           output=str(tmp_path / "steps"))  # fmt: skip
+    assert "--capture-range-end=repeat-shutdown:3" in command.argv and "--sample=none" in command.argv
+    done = run(command.argv)
+    # As the comment says: after the third collection nsys ends the script with SIGTERM.
+    assert done.returncode == 143, done.output[-3000:]
+    assert "13 steps" not in done.output
+    assert_block0_collections(collected(tmp_path, "steps"))
+
+
+def test_readme_steps_spec_under_torchrun(tmp_path):
+    argv = shlex.split(f"torchrun --nproc_per_node=2 examples/train.py --steps 13 --spec {STEPS}")
+    command = nsys_command(load(ROOT / STEPS), argv, output=str(tmp_path / "report"))
+    assert "--capture-range-end=repeat:3" in command.argv
+    done = run(command.argv)
+    assert done.returncode == 0, done.output[-3000:]
+    assert done.output.count("13 steps") == 2  # both ranks ran to their end
+    assert_block0_collections(collected(tmp_path, "report.rank0"))
+    assert not list(tmp_path.glob("report.rank1*"))  # `rank in <0>`: rank 1 never started collecting
+
+
+def test_torchrun_two_ranks_one_report_each(tmp_path):
+    text = "blocks: each module <transformer.h.*>\nrank in <1> and op in <linear>"
+    spec = spec_file(tmp_path, text)
+    argv = ["torchrun", "--nproc_per_node=2", "examples/train.py", "--steps", "2", "--spec", str(spec)]
+    command = nsys_command(parse(text), argv, output=str(tmp_path / "ranks"))
+    done = run(command.argv)
+    assert done.returncode == 0, done.output[-3000:]
+    ranks = [nsys_ranges(export(tmp_path / f"ranks.rank{rank}.nsys-rep")) for rank in (0, 1)]
+    assert ranks[0][0].pid != ranks[1][0].pid
+    step = ["transformer.h.0", "transformer.h.1", "transformer.h.1 (backward)", "transformer.h.0 (backward)"]
+    for ranges in ranks:
+        assert [r.message for r in ranges if r.category == "blocks"] == step * 2
+    assert not [r for r in ranks[0] if r.category != "blocks"]  # the linears are rank 1's only
+    assert [r for r in ranks[1] if r.category != "blocks"] and all(
+        "linear(" in r.message for r in ranks[1] if r.category != "blocks"
+    )
+
+
+# ------------------------------------------------------------------ eager module ranges
+
+EAGER = """
+import torch
+from nvtx_regions import eager
+from thunder.tests.nanogpt_model import GPT, GPTConfig
+torch.manual_seed(0)
+model = GPT(GPTConfig(block_size=16, vocab_size=64, n_layer=2, n_head=2, n_embd=32, dropout=0.0))
+idx = torch.randint(0, 64, (2, 16))
+with eager.annotate(model, "each module <transformer.h.*>"):
+    for _ in range(2):
+        model(idx, idx)[1].backward()
+"""
+
+
+def test_eager_ranges_visible(tmp_path):
+    command = nsys_command(parse("each module <transformer.h.*>"), [PYTHON, "-c", EAGER], output=str(tmp_path / "eager"))
+    done = run(command.argv)
+    assert done.returncode == 0, done.output[-3000:]
+    seen = nsys_ranges(export(tmp_path / "eager.nsys-rep"))
+    step = ["transformer.h.0", "transformer.h.1", "transformer.h.1 (backward)", "transformer.h.0 (backward)"]
+    assert [r.message for r in seen] == step * 2
+    assert {r.domain for r in seen} == {"nvtx_regions"}
+
+
+def test_region_in_both_traces_collects_each_step_twice(tmp_path):
+    # No `and forward`/`and backward`: the region is in the forward and the backward trace,
+    # whose calls are counted apart, so steps 2..3 are 4 ranges and 4 collections.
+    text = "layer0: between first(module <transformer.h.0>)..last(module <transformer.h.0>) and steps 2..3"
+    spec = spec_file(tmp_path, text)
+    command = nsys_command(parse(text), [PYTHON, "examples/train.py", "--steps", "6", "--spec", str(spec)],
+                           output=str(tmp_path / "both"))  # fmt: skip
+    assert "--capture-range-end=repeat-shutdown:4" in command.argv
+    done = run(command.argv)
+    assert done.returncode == 143, done.output[-3000:]
+    reports = collected(tmp_path, "both")
+    assert [[r.message for r in ranges] for ranges in reports] == [["layer0"]] * 4
+
+
+DEFAULT_DOMAIN_STEPS = """
+import sys, thunder, torch
+from thunder.tests.nanogpt_model import GPT, GPTConfig
+from nvtx_regions import NvtxProfileTransform
+torch.manual_seed(0)
+model = GPT(GPTConfig(block_size=16, vocab_size=64, n_layer=2, n_head=2, n_embd=32, dropout=0.0))
+jitted = thunder.jit(model, transforms=[NvtxProfileTransform(select=sys.argv[1], domain=None)])
+idx = torch.randint(0, 64, (2, 16))
+for _ in range(5):
+    jitted(idx, idx)[1].backward()
+print("ran to the end")
+"""
+
+
+def test_default_domain_and_open_ended_steps(tmp_path):
+    # `--nvtx-domain-include=default`, `--nvtx-capture=LABEL` without a domain, `--capture-range-end=repeat`.
+    text = "block0: between first(module <transformer.h.0>)..last(module <transformer.h.0>) and forward and steps 3.."
+    command = nsys_command(parse(text), [PYTHON, "-c", DEFAULT_DOMAIN_STEPS, text], domain=None,
+                           output=str(tmp_path / "open"))  # fmt: skip
+    assert {"--nvtx-domain-include=default", "--nvtx-capture=block0", "--capture-range-end=repeat"} <= set(command.argv)
+    done = run(command.argv)
+    assert done.returncode == 0 and "ran to the end" in done.output, done.output[-3000:]
+    reports = collected(tmp_path, "open")  # steps 3 and 4 of 0..4
+    assert [[(r.message, r.domain) for r in ranges] for ranges in reports] == [[("block0", None)]] * 2
