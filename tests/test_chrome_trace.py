@@ -2,8 +2,9 @@
 here from the Trace Event Format's documented fields, not with the writer's code.
 
 Format fields (Google's "Trace Event Format"): ``ph`` phase ("X" complete
-event with ``dur``, "i" instant with scope ``s``, "M" metadata), ``ts`` and
-``dur`` in microseconds, ``pid``, ``tid``, ``name``, ``cat``, ``args``.
+event with ``dur``, "i" instant with scope ``s``, "M" metadata, "b"/"e" a
+nestable async pair matched by ``cat`` and ``id``), ``ts`` and ``dur`` in
+microseconds, ``pid``, ``tid``, ``name``, ``cat``, ``args``.
 """
 
 from __future__ import annotations
@@ -30,11 +31,24 @@ from nvtx_regions.testing import (
 def read_chrome_trace(data: dict) -> dict:
     """An independent reader: validate every event's fields and types, check that
     complete events nest per process, thread and category (NVTX stacks are per
-    thread and domain), and return {"ranges", "instants", "process_names", "thread_names"}."""
+    thread and domain), and return {"ranges", "instants", "process_names", "thread_names",
+    "async"}; "async" holds each b/e pair as the "b" event with its "dur" (µs) added."""
     assert isinstance(data, dict) and isinstance(data["traceEvents"], list)
     ranges, instants, process_names, thread_names = [], [], {}, {}
+    begun, pairs = {}, []
     for ev in data["traceEvents"]:
-        assert ev["ph"] in ("X", "i", "M"), ev
+        assert ev["ph"] in ("X", "i", "M", "b", "e"), ev
+        if ev["ph"] in ("b", "e"):
+            assert isinstance(ev["id"], str) and isinstance(ev["cat"], str) and isinstance(ev["ts"], (int, float)), ev
+            key = (ev["pid"], ev["cat"], ev["id"])
+            if ev["ph"] == "b":
+                assert key not in begun, ev
+                begun[key] = ev
+            else:
+                begin = begun.pop(key)
+                assert begin["name"] == ev["name"] and ev["ts"] >= begin["ts"], (begin, ev)
+                pairs.append({**begin, "dur": round(ev["ts"] - begin["ts"], 3)})
+            continue
         assert isinstance(ev["pid"], int) and isinstance(ev["tid"], int), ev
         assert isinstance(ev["name"], str), ev
         if ev["ph"] == "M":
@@ -69,7 +83,8 @@ def read_chrome_trace(data: dict) -> dict:
             else:
                 assert ev["args"]["depth"] == 0, ev
             open_.append((start, end, ev))
-    return {"ranges": ranges, "instants": instants, "process_names": process_names, "thread_names": thread_names}
+    assert not begun, begun
+    return {"ranges": ranges, "instants": instants, "process_names": process_names, "thread_names": thread_names, "async": pairs}
 
 
 def E(kind, message=None, ts=0, *, domain=None, tid=1, pid=10, category=None, color=None, range_id=None):
@@ -106,15 +121,17 @@ def test_synthetic_events_become_documented_chrome_fields():
             ("inner", "d", 1.5, 0.5, 1),
             ("inner", "d", 3.0, 0.25, 1),
             ("other domain", "NVTX", 1.6, 0.9, 0),
-            ("async", "NVTX", 4.1, 0.5, 0),
             ("left open", "d", 5.0, 1.0, 0),  # closed at the process's last timestamp
         ]
     )
+    # A start/end range is an async pair, on its own track: not on its thread's stack.
+    (start_end,) = seen["async"]
+    assert (start_end["name"], start_end["cat"], start_end["ts"], start_end["dur"]) == ("async", "NVTX", 4.1, 0.5)
+    assert start_end["args"]["style"] == "StartEnd" and start_end["id"] == "10:7"
     outer = next(ev for ev in seen["ranges"] if ev["name"] == "outer")
     assert outer["args"] == {"domain": "d", "color": "#102030", "nvtx_category": "rule-a", "depth": 0, "style": "PushPop"}
     left = next(ev for ev in seen["ranges"] if ev["name"] == "left open")
     assert left["args"]["unclosed"] is True and left["tid"] == 2
-    assert next(ev for ev in seen["ranges"] if ev["name"] == "async")["args"]["style"] == "StartEnd"
     (mark,) = seen["instants"]
     assert (mark["name"], mark["cat"], mark["ts"], mark["s"]) == ("here", "d", 2.1, "t")
     assert seen["process_names"] == {10: "pid 10"}
@@ -212,3 +229,49 @@ def test_the_reader_rejects_ranges_that_overlap_without_nesting():
         read_chrome_trace({"traceEvents": [X("a", 1.0, 2.0, 0), X("b", 2.5, 1.0, 1)]})
     with pytest.raises(AssertionError):
         read_chrome_trace({"traceEvents": [X("a", 1.0, 2.0, 0), X("b", 1.5, 0.5, 0)]})  # wrong depth
+
+
+@pytest.mark.skipif(bool(unavailable_reason()), reason=f"capture tool unavailable: {unavailable_reason()}")
+def test_real_start_end_ranges_that_overlap(tmp_path):
+    """nvtxDomainRangeStartEx/End (the nvtx package's start_range/end_range) captured: two
+    overlapping start/end ranges and a push/pop between them, in the events, the Chrome
+    trace (async pairs, apart from the thread's stack), the summary and `compare`."""
+    from nvtx_regions.compare import compare
+    from nvtx_regions.testing import check_balanced, start_end_ranges
+
+    result = capture_subprocess(
+        """
+        import time, nvtx
+        first = nvtx.start_range("first", domain="se", color="red", category="layer")
+        time.sleep(0.002)
+        second = nvtx.start_range("second", domain="se")
+        nvtx.end_range(first)
+        nvtx.push_range("pushed", domain="se")
+        nvtx.pop_range(domain="se")
+        nvtx.end_range(second)
+        """
+    ).check()
+    (proc,) = result.processes.values()
+    check_balanced(proc.events)
+    first, second = start_end_ranges(proc.events, domain="se")
+    assert (first.message, second.message) == ("first", "second")
+    assert first.start_ns < second.start_ns < first.end_ns < second.end_ns  # they overlap
+    seen = read_chrome_trace(to_chrome_trace(result))
+    assert [ev["name"] for ev in seen["ranges"]] == ["pushed"]
+    pairs = {ev["name"]: ev for ev in seen["async"]}
+    assert sorted(pairs) == ["first", "second"]
+    assert pairs["first"]["cat"] == "se" and pairs["first"]["args"]["color"] == "#ff0000"
+    assert pairs["first"]["args"]["nvtx_category"] == "layer" and pairs["first"]["args"]["style"] == "StartEnd"
+    assert pairs["first"]["dur"] == pytest.approx(first.duration_ns / 1000, abs=0.002)
+    summary = summarize(result)
+    styles = {(r.name, r.style) for r in summary.rows if r.domain == "se"}
+    assert styles == {("first", "StartEnd"), ("second", "StartEnd"), ("pushed", "PushPop")}
+    assert any(line.rstrip().endswith("StartEnd  se:first") for line in str(summary).splitlines())
+    path = tmp_path / "se.json"
+    with open(path, "w") as f:
+        write_chrome_trace(result, f)
+    assert str(summarize(load_chrome_trace(path))) == str(summary)
+    rows = {row.name: row for row in compare(path, path, domain="se")}
+    assert sorted(rows) == ["first", "pushed", "second"]
+    assert rows["first"].count_a == rows["first"].count_b == 1
+    assert rows["first"].median_a_us == pytest.approx(first.duration_ns / 1000, abs=0.002)

@@ -33,6 +33,29 @@ Promises:
   communicated and to the ops that read the copied parameter.
 - Module paths are those of the jitted model's ``named_modules()``; the root
   module's path is ``""``.
+
+Hoisted ops (`parameter_only`, `anchored_span`): thunder may move ops that
+need only the model's weights away from the rest of their module's ops (under
+ThunderFX the causal mask's ``arange`` and the layer norms' weight reshapes go
+to the top of the forward; under FSDP the ops on the all-gathered weights
+follow the all-gathers). Such an op keeps its module (``module <...>`` still
+selects it), but it does not stretch a module call's ``each`` range:
+- a value is *static* if it is an argument that thunder tags as a parameter or
+  buffer (``ProxyTag.STATIC_MEMORY_LOCATION``), the output of an op that reads
+  no proxy (``arange``, ``full``: constants), or the output of an op (a
+  collective too, so FSDP's all-gather of a parameter shard and its wait)
+  that reads only static values; in a backward trace, every value saved from
+  the forward (all it reads without computing it, but the cotangents) is
+  static too, so ops that recompute forward values from saved ones, which
+  thunder may put first, do not depend on the gradient flowing in;
+- an op is *parameter-only* if every proxy it reads is static;
+- a module call's range runs from its first to its last op that is not
+  parameter-only (its *anchored* ops); parameter-only ops of the call outside
+  that range are *hoisted* and left out of it. A call whose ops are all
+  parameter-only (an embedding of ``arange`` positions) keeps all its ops.
+Whether an op is parameter-only does not depend on the call, so an inner
+call's anchored ops are among its outer call's, and ``each`` ranges nest as
+the module tree does.
 """
 
 from __future__ import annotations
@@ -46,7 +69,9 @@ from ..core.calls import Chain, common_chain
 if TYPE_CHECKING:
     from .traceview import TraceView
 
-__all__ = ["forward_chains", "backward_origins", "communication", "argument_copies"]
+__all__ = [
+    "forward_chains", "backward_origins", "communication", "argument_copies", "parameter_only", "anchored_span",
+]
 
 
 def _origins_from_neighbours(
@@ -264,3 +289,26 @@ def backward_origins(view: TraceView, forward: TraceView, returned: Sequence[str
     chains = forward.module_chains
     filled = _origins_from_neighbours(view, origins, lambda p: chains[p])
     return [None if p in comm else mask for p, mask in enumerate(filled)]
+
+
+# -- hoisted ops (see the module docstring) ------------------------------------
+
+
+def parameter_only(view: TraceView, static: frozenset[str]) -> int:
+    """The parameter-only ops of `view` (a bitset over its positions), given
+    the static names it starts from (parameters and buffers, or saved values)."""
+    known = set(static)
+    mask = 0
+    for position, op in enumerate(view.ops):
+        if all(name in known for name in op.reads):
+            mask |= 1 << position
+            known.update(op.writes)
+    return mask
+
+
+def anchored_span(positions: int, parameter_only_ops: int) -> tuple[int, int]:
+    """The (first, last) positions of a module call's range: those of its ops
+    (`positions`, a bitset) that are not parameter-only, or of all of them if
+    every one is."""
+    anchored = positions & ~parameter_only_ops or positions
+    return (anchored & -anchored).bit_length() - 1, anchored.bit_length() - 1

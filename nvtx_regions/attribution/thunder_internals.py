@@ -36,7 +36,7 @@ __all__ = [
     "AttributedFilename", "install_module_recorder", "recorded_chain", "recorded_classes",
     "is_thunderfx_subgraph", "backward_follows", "ignored_jit_keyword",
     "AutogradInternals", "autograd_internals", "full_backward_hook_flag", "restore_full_backward_hook_flag",
-    "bind_with_globals",
+    "bind_with_globals", "parameter_names", "cotangent_names",
     "recorded_markers", "recorded_marker_log",
 ]  # fmt: skip
 
@@ -47,6 +47,9 @@ class AttributedFilename(str):
 
     calls: Chain | None = None
     classes: dict[str, str] | None = None  # path -> class name, for every module of the root
+    # Under ThunderFX: the FX graph's inputs that dynamo marks as a module's
+    # parameters or buffers (see `parameter_names`).
+    static_inputs: frozenset[str] = frozenset()
     markers: MarkerStack = ()  # the user's markers open, in push order (see "User markers" below)
     marker_log: MarkerLog | None = None  # shared by every op of the traced function
     seq: int = -1  # the op's place in record order (`MarkerLog.recorded` before it)
@@ -98,13 +101,16 @@ def _attributed(filename: str, trace: Any) -> str:
     log = _log_of(trace)
     tagged = AttributedFilename(filename)
     if calls is not None:
-        tagged.calls, tagged.classes = calls
+        chain, classes, *statics = calls
+        tagged.calls, tagged.classes = chain, classes
+        if statics:
+            tagged.static_inputs = statics[0]
     tagged.markers, tagged.marker_log, tagged.seq = log.open, log, log.recorded
     log.recorded += 1
     return tagged
 
 
-def _module_calls() -> tuple[Chain, dict[str, str]] | None:
+def _module_calls() -> tuple[Chain, dict[str, str]] | tuple[Chain, dict[str, str], frozenset[str]] | None:
     """The module calls on thunder's interpreter frame stack, outermost first.
 
     thunder 0.2.6: ``thunder.core.interpreter.get_interpreterruntimectx()``
@@ -174,7 +180,7 @@ def _paths_of(root: Any, refresh: bool = False) -> tuple[dict[int, str], dict[st
     return _paths[root]
 
 
-def _fx_node_calls(graph_module: Any, frame: Any) -> tuple[Chain, dict[str, str]] | None:
+def _fx_node_calls(graph_module: Any, frame: Any) -> tuple[Chain, dict[str, str], frozenset[str]] | None:
     """Module calls of the FX node whose generated line is running, from ``meta["nn_module_stack"]``.
 
     torch 2.11: ``GraphModule._lineno_map`` maps a line of the generated
@@ -207,7 +213,28 @@ def _fx_node_calls(graph_module: Any, frame: Any) -> tuple[Chain, dict[str, str]
         classes[path] = name
         # FX keeps no call identity; one call number per (graph module, key) is the best there is.
         chain.append(ModuleCall(path, name, hash((id(graph_module), key)) & 0x7FFFFFFF))
-    return tuple(chain), classes
+    return tuple(chain), classes, _fx_static_inputs(graph_module, nodes)
+
+
+def _fx_static_inputs(graph_module: Any, nodes: list) -> frozenset[str]:
+    """The placeholders that dynamo marks as parameters or buffers of the compiled module.
+
+    torch 2.11: dynamo (``inline_inbuilt_nn_modules``, the default) records a
+    tensor's ``__dict__`` in the placeholder's ``meta["tensor_dict"]``, and
+    marks every parameter and buffer there with ``_dynamo_static_input_type``;
+    thunder's ThunderFX splitter (0.2.6) keeps the placeholder names as the
+    trace's argument names. Without it, ThunderFX buffers (litgpt's rope
+    ``cos``/``sin``) are not static and ops thunder hoists from them stretch
+    ``each`` ranges.
+    """
+    found = graph_module.__dict__.get("_nvtx_regions_static")
+    if found is None:
+        found = graph_module.__dict__["_nvtx_regions_static"] = frozenset(
+            node.name
+            for node in nodes
+            if node.op == "placeholder" and "_dynamo_static_input_type" in (node.meta.get("tensor_dict") or {})
+        )
+    return found
 
 
 def _fx_path(path: str) -> str:
@@ -373,6 +400,52 @@ def bind_with_globals(symbol: Any, args: tuple, call_globals: dict[str, Any]) ->
     return BoundSymbol(symbol, args=args, kwargs={}, output=None, _call_ctx=call_globals)
 
 
+# -- parameters and buffers ----------------------------------------------------
+
+
+def parameter_names(proxies: Any, bsyms: Any) -> frozenset[str]:
+    """The names of the proxies among `proxies` (a trace's arguments) that are a
+    model's parameters or buffers; `bsyms` are the trace's bound symbols.
+
+    thunder 0.2.6 (``thunder/core/jit_ext.py``) adds ``ProxyTag.STATIC_MEMORY_LOCATION``
+    to the proxy of every ``nn.Parameter`` it unpacks (under thunder.jit and
+    ThunderFX, and FSDP's parameter shards) and of every buffer of a jitted
+    module; under ThunderFX buffers are plain tensors, and dynamo's marks
+    (`_fx_static_inputs`, recorded with the ops) name them. Without these, no
+    op is parameter-only, and ops that thunder hoists away from their module
+    stretch its ``each`` range again.
+    """
+    from thunder.core.proxies import ProxyTag
+
+    tag = getattr(ProxyTag, "STATIC_MEMORY_LOCATION", None)
+    found = {p.name for p in proxies if tag is not None and tag in getattr(p, "tags", ()) and hasattr(p, "name")}
+    for bsym in bsyms:
+        filename = getattr(bsym, "source_filename", None)
+        if isinstance(filename, AttributedFilename) and filename.static_inputs:
+            found |= filename.static_inputs & {getattr(p, "name", None) for p in proxies}
+            break
+    return frozenset(found)
+
+
+def cotangent_names(trace: Any) -> frozenset[str]:
+    """The names of the cotangents a backward trace receives (the gradients flowing in).
+
+    thunder 0.2.6 (``thunder/core/transforms.py``, ``thunder/executors/torch_autograd.py``)
+    builds ``backward_fn(saved_for_backward, cotangents)``; the trace's second
+    argument holds the cotangent proxies (a list), or is a collection that one
+    ``unpack_sequence`` unpacks. Without it, every op of a backward trace
+    counts as parameter-only and ``each`` ranges there span all their ops.
+    """
+    if len(trace.args) != 2:
+        return frozenset()
+    second = trace.args[1]
+    if isinstance(second, (list, tuple)):
+        return frozenset(p.name for p in second if hasattr(p, "name"))
+    collection = getattr(second, "name", None)
+    for bsym in trace.bound_symbols:
+        if bsym.sym.name == "unpack_sequence" and bsym.args and getattr(bsym.args[0], "name", None) == collection:
+            return frozenset(p.name for p in bsym.flat_proxy_outs if hasattr(p, "name"))
+    return frozenset()
 # -- User markers (issue 15) --------------------------------------------------
 #
 # The model's own NVTX calls (`core.markers`). While thunder interprets the

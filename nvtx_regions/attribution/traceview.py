@@ -15,8 +15,15 @@ from typing import Any, Iterable, Literal, Sequence
 from ..core.bits import bit_positions
 from ..core.calls import common_chain
 from ..core.markers import MarkerLog, MarkerStack, common_markers
-from .module_calls import backward_origins, forward_chains
-from .thunder_internals import recorded_chain, recorded_classes, recorded_marker_log, recorded_markers
+from .module_calls import backward_origins, forward_chains, parameter_only
+from .thunder_internals import (
+    cotangent_names,
+    parameter_names,
+    recorded_chain,
+    recorded_classes,
+    recorded_marker_log,
+    recorded_markers,
+)
 
 Phase = Literal["forward", "backward"]
 
@@ -104,6 +111,10 @@ class TraceView:
     # aligned with the forward's `arg_order`).
     arg_order: tuple[str | None, ...] = ()
     returned: tuple[str | None, ...] = ()
+    # Where static values start (`module_calls.parameter_only`): a forward's
+    # arguments that are parameters or buffers; a backward's cotangents.
+    parameters: frozenset[str] = frozenset()
+    cotangents: frozenset[str] = frozenset()
     _producer: dict[str, int] = field(default_factory=dict, repr=False)
     _first_consumer: dict[str, int] = field(default_factory=dict, repr=False)
     _last_consumer: dict[str, int] = field(default_factory=dict, repr=False)
@@ -137,7 +148,12 @@ class TraceView:
             (value,) = trace.bound_symbols[-1].args[:1] or (None,)
             if isinstance(value, (tuple, list)):
                 returned = tuple(v.name if isinstance(v, Proxy) else None for v in value)
-        return cls(ops, phase, frozenset(_names(flat_args)), name, len(trace.bound_symbols), arg_order=order, returned=returned)
+        return cls(
+            ops, phase, frozenset(_names(flat_args)), name, len(trace.bound_symbols), arg_order=order,
+            returned=returned,
+            parameters=parameter_names(flat_args, trace.bound_symbols) if phase == "forward" else frozenset(),
+            cotangents=cotangent_names(trace) if phase == "backward" else frozenset(),
+        )  # fmt: skip
 
     # -- selections -------------------------------------------------------
 
@@ -198,6 +214,19 @@ class TraceView:
         return [
             None if mask is None else common_chain(chains[p] for p in bit_positions(mask)) for mask in self.origins
         ]
+
+    @functools.cached_property
+    def parameter_only(self) -> int:
+        """The ops that read only static values (a bitset; `module_calls.parameter_only`):
+        in a forward, parameters, buffers, constants and what ops compute from
+        those alone; in a backward, also everything saved from the forward."""
+        if self.phase == "forward":
+            return parameter_only(self, self.parameters)
+        # What the backward reads without computing it was saved by the
+        # forward: all of it but the cotangents is static here.
+        computed = {name for op in self.ops for name in op.writes}
+        saved = {name for op in self.ops for name in op.reads} - computed - self.cotangents
+        return parameter_only(self, frozenset(saved))
 
     @functools.cached_property
     def module_classes(self) -> dict[str, str]:

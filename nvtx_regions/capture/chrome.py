@@ -7,9 +7,13 @@ The format ("Trace Event Format", Google): a JSON object whose
 ``traceEvents`` list holds events with ``name``, ``cat``, ``ph`` (phase),
 ``ts`` (microseconds), ``pid``, ``tid`` and ``args``. Here:
 
-- every push/pop and start/end range is one complete event (``ph: "X"``) with
-  ``dur`` in microseconds; its name is the message, its ``cat`` the domain
-  (``"NVTX"`` for the default domain, as the ``nvtx`` package names it);
+- every push/pop range is one complete event (``ph: "X"``) with ``dur`` in
+  microseconds; its name is the message, its ``cat`` the domain (``"NVTX"``
+  for the default domain, as the ``nvtx`` package names it);
+- every start/end range, which may overlap others, is a nestable async pair
+  (``ph: "b"`` then ``ph: "e"``, same name, ``cat`` and ``id``, the id
+  ``"<pid>:<range id>"``), so viewers draw it on its own track, apart from
+  the thread's push/pop stack, as Nsight does; ``args`` are on the ``b``;
 - marks are instant events (``ph: "i"``, thread scope);
 - ``args`` hold ``domain`` (null for the default domain), ``color``
   (``"#rrggbb"``), ``nvtx_category`` (its name, or its number when unnamed),
@@ -48,6 +52,7 @@ __all__ = [
     "RangeRecord",
     "TraceInput",
     "complete_events",
+    "start_end_events",
     "event_domain",
     "iter_items",
     "load_chrome_trace",
@@ -80,6 +85,7 @@ class RangeRecord:
     category_name: str | None = None
     rank: int | None = None
     unclosed: bool = False
+    range_id: int | None = None  # a start/end range's NVTX id
 
     @property
     def duration_ns(self) -> int:
@@ -136,6 +142,7 @@ def iter_items(
             pid=start.pid, tid=start.tid, domain=start.domain, message=start.message, start_ns=start.ts_ns,
             end_ns=end_ns, depth=depth, style=style, color=start.color, category=start.category,
             category_name=name, rank=ranks.get(start.pid), unclosed=unclosed,
+            range_id=start.range_id if style == "StartEnd" else None,
         )  # fmt: skip
 
     for e in events:
@@ -200,6 +207,21 @@ def chrome_event(item: Item) -> dict[str, Any]:
     return {**base, "ph": "i", "s": "t", "ts": _us(item.ts_ns), "args": _args(item)}
 
 
+def start_end_events(item: RangeRecord) -> list[dict[str, Any]]:
+    """The nestable async pair (``b``, ``e``) for one start/end range (see the module docstring)."""
+    base = {
+        "name": item.message if item.message is not None else "",
+        "cat": item.domain if item.domain is not None else DEFAULT_DOMAIN_CAT,
+        "pid": item.pid,
+        "tid": item.tid,
+        "id": f"{item.pid}:{item.range_id if item.range_id is not None else item.start_ns}",
+    }
+    return [
+        {**base, "ph": "b", "ts": _us(item.start_ns), "args": _args(item)},
+        {**base, "ph": "e", "ts": _us(item.end_ns)},
+    ]
+
+
 def _metadata(processes: Iterable[ProcessInfo], threads: dict[tuple[int, int], str | None]) -> Iterator[dict]:
     ordered = sorted(processes, key=lambda p: (p.rank is None, p.rank if p.rank is not None else 0, p.pid))
     for index, p in enumerate(ordered):
@@ -233,6 +255,10 @@ class ChromeTraceWriter:
 
     def add(self, item: Item) -> None:
         self.threads.setdefault((item.pid, item.tid), None)
+        if isinstance(item, RangeRecord) and item.style == "StartEnd":
+            for event in start_end_events(item):
+                self._write(event)
+            return
         self._write(chrome_event(item))
 
     def name_thread(self, pid: int, tid: int, name: str) -> None:
@@ -359,16 +385,22 @@ def _number(value: Any) -> bool:
 
 
 def complete_events(source: TraceInput) -> Iterator[CompleteEvent]:
-    """The complete (``"ph": "X"``) events of a Chrome trace, in file order, each checked.
+    """The ranges of a Chrome trace, each checked: its complete (``"ph": "X"``)
+    events (push/pop ranges), in file order, and its nestable async pairs
+    (``"b"``/``"e"`` with the same pid, ``cat`` and ``id``: start/end ranges),
+    each where its ``e`` is, as a `CompleteEvent` of the ``b`` (its index,
+    name and ``ts``; ``dur`` from ``b`` to ``e``; ``args.style`` ``StartEnd``).
 
-    Events of other phases (metadata, instants, begin/end pairs) are not
-    ranges and are passed over. Raises `CaptureFileError`, naming the file
+    Events of other phases (metadata, instants, ``B``/``E`` pairs) are not
+    ranges and are passed over, and so is an async event without a string
+    ``name`` or a numeric ``ts``, or an ``e`` with no ``b``. Raises `CaptureFileError`, naming the file
     and the event's index, for an event that is not a JSON object, or a
     complete event without a string ``name``, with a ``dur`` that is not a
     finite number >= 0, or with ``args``, ``args.domain``, ``cat`` or ``ts``
     of the wrong type.
     """
     where, events = trace_events(source)
+    begun: dict[tuple[Any, Any, Any], tuple[int, Mapping[str, Any]]] = {}
     for index, event in enumerate(events):
 
         def bad(what: str) -> CaptureFileError:
@@ -376,6 +408,11 @@ def complete_events(source: TraceInput) -> Iterator[CompleteEvent]:
 
         if not isinstance(event, Mapping):
             raise bad(f"{_short(event)} is not a JSON object")
+        if event.get("ph") in ("b", "e"):
+            found = _start_end(event, index, begun)
+            if found is not None:
+                yield found
+            continue
         if event.get("ph") != "X":
             continue
         name, dur, args = event.get("name"), event.get("dur"), event.get("args")
@@ -399,6 +436,27 @@ def complete_events(source: TraceInput) -> Iterator[CompleteEvent]:
         yield CompleteEvent(index, name, event_domain(event, args), float(dur), None if ts is None else float(ts), args, event)
 
 
+def _start_end(
+    event: Mapping[str, Any], index: int, begun: dict[tuple[Any, Any, Any], tuple[int, Mapping[str, Any]]]
+) -> CompleteEvent | None:
+    """Pair async events (`complete_events`): remember a ``b``; at its ``e``, the range."""
+    if not isinstance(event.get("name"), str) or not _number(event.get("ts")):
+        return None
+    key = (event.get("pid"), event.get("cat"), json.dumps(event.get("id")))
+    if event["ph"] == "b":
+        begun[key] = (index, event)
+        return None
+    if key not in begun:
+        return None
+    first, begin = begun.pop(key)
+    args = begin.get("args")
+    args = {"style": "StartEnd", **(args if isinstance(args, Mapping) else {})}
+    if not isinstance(args.get("domain"), (str, type(None))) or not isinstance(begin.get("cat"), (str, type(None))):
+        return None
+    ts = float(begin["ts"])
+    return CompleteEvent(first, begin["name"], event_domain(begin, args), max(float(event["ts"]) - ts, 0.0), ts, args, begin)
+
+
 def _short(value: Any) -> str:
     text = json.dumps(value, allow_nan=True) if not isinstance(value, (Mapping, list)) else type(value).__name__
     text = {"dict": "an object", "list": "a list"}.get(text, text)
@@ -408,7 +466,8 @@ def _short(value: Any) -> str:
 def load_chrome_trace(source: TraceInput) -> list[RangeRecord]:
     """The ranges of a Chrome trace written by this module, as `RangeRecord` items.
 
-    Only complete (``ph: "X"``) events are ranges; times come back in whole
+    Complete (``ph: "X"``) events and async pairs (``b``/``e``: start/end
+    ranges) are ranges (`complete_events`); times come back in whole
     nanoseconds (the file keeps microseconds to 3 decimals). Events of other
     producers load too: without ``args.domain`` the ``cat`` is the domain
     (``"NVTX"``: the default domain, None), as `nvtx_regions.compare.load_ranges`

@@ -2,11 +2,12 @@
 and pop bound symbols around the planned ranges.
 
 The trace changes only by gaining bound symbols: one push and one pop per
-range (the first push and the last pop of a trace also start and end the call,
-see `runtime`). Pops are placed right after the range's last bound symbol, so
-every pop comes before the ``return``.
+range (a start and an end for a start/end range; the first push and the last
+pop of a trace also start and end the call, see `runtime`). Pops are placed
+right after the range's last bound symbol, so every pop comes before the
+``return``.
 
-The four operators are registered once, at import, tagged so that dead-code
+The operators are registered once, at import, tagged so that dead-code
 elimination keeps them (they have no outputs). What differs per trace (the
 names of its globals) travels in each bound symbol's arguments, and the
 printed line calls those globals.
@@ -39,14 +40,42 @@ def _operator(name: str, line: Callable[[tuple], str]) -> Symbol:
     return Symbol(name=name, id=name, meta=None, is_prim=True, tags=(OpTags.DONT_DCE,), python_printer=python_printer)
 
 
-# Arguments: (attributes, message as JSON, push, domain, progress, group number) -- globals' names but the last two.
-_PUSH = _operator("nvtx_regions_push", lambda a: f"{a[2]}({a[0]}, {a[3]}); {a[4]}.append({a[5]})  # {a[1]}")
-# Arguments: (pop, domain, progress).
-_POP = _operator("nvtx_regions_pop", lambda a: f"{a[0]}({a[1]}); {a[2]}.pop()")
-# The trace's first push: (attributes, message as JSON, enter, progress).
-_ENTER = _operator("nvtx_regions_push_enter", lambda a: f"{a[3]} = {a[2]}(globals(), {a[0]})  # {a[1]}")
+def _store_point(cell: str, point: int) -> str:
+    """The statement that records `point` in the call's position cell (see runtime).
+
+    Only ints 0-255 are stored: CPython keeps them preallocated side by side,
+    so the stores touch a few hot cache lines, where one distinct constant
+    per point (thousands in a large trace) would miss the cache on every
+    store. The point's high part goes to ``cell[1]`` at the first point that
+    changes it.
+    """
+    low = f"{cell}[0] = {point & 255}"
+    return low if point & 255 else f"{cell}[1] = {point >> 8}; {low}"
+
+
+# Each push and pop line also stores its *point* (its number among the trace's
+# push and pop lines) in the call's position cell, a two-item list: specialized
+# list stores, where a call that raised shows how far it got (see runtime).
+# Arguments: (attributes, message as JSON, push, domain, cell, point) -- globals' names but the last two.
+_PUSH = _operator("nvtx_regions_push", lambda a: f"{a[2]}({a[0]}, {a[3]}); {_store_point(a[4], a[5])}  # {a[1]}")
+# Arguments: (pop, domain, cell, point).
+_POP = _operator("nvtx_regions_pop", lambda a: f"{a[0]}({a[1]}); {_store_point(a[2], a[3])}")
+# The trace's first push: (attributes, message as JSON, enter, progress, cell).
+_ENTER = _operator("nvtx_regions_push_enter", lambda a: f"{a[3]} = {a[2]}(globals(), {a[0]}); {a[4]} = {a[3]}.at  # {a[1]}")
 # The trace's last pop: (pop, domain, progress).
 _EXIT = _operator("nvtx_regions_pop_exit", lambda a: f"{a[0]}({a[1]}); {a[2]}.calls.remove({a[2]})")
+# Start/end ranges: (attributes, message as JSON, start, domain, progress, range number).
+_START = _operator("nvtx_regions_start", lambda a: f"{a[4]}.started[{a[5]}] = {a[2]}({a[0]}, {a[3]})  # {a[1]}")
+# (end, progress, range number); `started` holds end's arguments (see runtime).
+_END = _operator("nvtx_regions_end", lambda a: f"{a[0]}(*{a[1]}.started.pop({a[2]}))")
+# The trace's first range, a start/end one: (attributes, message as JSON, enter, progress, cell, range number).
+_ENTER_START = _operator(
+    "nvtx_regions_start_enter", lambda a: f"{a[3]} = {a[2]}(globals(), {a[0]}, {a[5]}); {a[4]} = {a[3]}.at  # {a[1]}"
+)
+# The trace's last end: (end, progress, range number).
+_EXIT_END = _operator(
+    "nvtx_regions_end_exit", lambda a: f"{a[0]}(*{a[1]}.started.pop({a[2]})); {a[1]}.calls.remove({a[1]})"
+)
 
 
 def annotate_trace(
@@ -56,9 +85,10 @@ def annotate_trace(
     domain: Domain,
     op_message: Callable[[int, BoundSymbol], str],
     domain_of: Callable[[Any], Domain] | None = None,
-) -> tuple[TraceCtx, list[tuple[int, str]]]:
+) -> tuple[TraceCtx, list[tuple[int | None, str]]]:
     """`trace` with the ranges of `plan` (which must not be empty), and the
-    (depth, message) of each range in push order (depth within its NVTX domain).
+    (depth, message) of each range in push order (depth within its NVTX domain;
+    None: a start/end range).
 
     `op_message(index, bsym)` is the message of a per-op range around bound symbol `index`.
     `domain` is the transform's own domain; `domain_of(name)` gives the `Domain` of a user's
@@ -70,41 +100,82 @@ def annotate_trace(
     # One group per (gate, domain): its push and pop globals, and the global holding its domain argument.
     groups: dict[Any, RangesUnderGate] = {}
     domain_globals: dict[Any, str] = {}
+    start_end = any(planned.style == "StartEnd" for planned in plan.ranges)
+
+    def key_of(planned: Any) -> tuple[Any, Any]:
+        return (planned.gate, planned.domain(domain.name))
+
     for planned in plan.ranges:
-        name = planned.domain(domain.name)
-        key = (planned.gate, name)
+        key = key_of(planned)
         if key not in groups:
-            n = len(groups)
+            n, name = len(groups), key[1]
             if name not in domain_globals:
                 domain_globals[name] = f"{prefix}_domain" + (f"_{len(domain_globals)}" if domain_globals else "")
             used = domain if name == domain.name or domain_of is None else domain_of(name)
-            groups[key] = RangesUnderGate(f"{prefix}_push_{n}", f"{prefix}_pop_{n}", planned.gate, used, domain_globals[name])
+            names = (f"{prefix}_start_{n}", f"{prefix}_end_{n}") if start_end else ("", "")
+            groups[key] = RangesUnderGate(
+                f"{prefix}_push_{n}", f"{prefix}_pop_{n}", planned.gate, used, domain_globals[name], *names
+            )
     numbers = {key: n for n, key in enumerate(groups)}
     enter_name, exit_name = f"{prefix}_push_enter", f"{prefix}_pop_exit"
-    progress = f"{prefix}_open"
+    progress, cell = f"{prefix}_open", f"{prefix}_at"
+
+    # Where each range's lines go: before its first bound symbol, after its last.
+    before: dict[int, list[int]] = {}
+    after: dict[int, list[int]] = {}
+    for number, planned in enumerate(plan.ranges):
+        before.setdefault(planned.start, []).append(number)
+        ends = after.setdefault(planned.end, [])
+        if planned.style == "StartEnd":
+            ends.append(number)  # after the pops at the same place: it need not nest
+        else:
+            ends.insert(0, number)  # inner ranges (later in push order) pop first
+    last = after[max(after)][-1]
+    # The groups of the push/pop ranges open after each point (`runtime.TraceRuntime.open_after`);
+    # point 0 is `enter`'s.
+    first = plan.ranges[0]
+    open_after: list[tuple[int, ...]] = [() if first.style == "StartEnd" else (numbers[key_of(first)],)]
+    stack: list[int] = []
+    points: dict[tuple[str, int], int] = {}
+    for index in range(len(trace.bound_symbols)):
+        for kind, found in (("push", before.get(index, ())), ("pop", after.get(index, ()))):
+            for number in found:
+                if plan.ranges[number].style == "StartEnd":
+                    continue
+                if kind == "push":
+                    stack.append(numbers[key_of(plan.ranges[number])])
+                else:
+                    stack.pop()
+                if (kind == "push" and number == 0) or (kind == "pop" and number == last):
+                    continue  # enter's push is point 0; exit's pop needs no point
+                points[(kind, number)] = len(open_after)
+                open_after.append(tuple(stack))
     runtime = TraceRuntime(
-        domain, list(groups.values()), enter_name=enter_name, exit_name=exit_name, progress_name=progress
+        domain,
+        list(groups.values()),
+        enter_name=enter_name,
+        exit_name=exit_name,
+        progress_name=progress,
+        start_end_groups={
+            number: numbers[key_of(planned)] for number, planned in enumerate(plan.ranges) if planned.style == "StartEnd"
+        },
+        open_after=open_after,
     )
     functions = runtime.initial_globals()
 
     bsyms = trace.bound_symbols
-    emitted: list[tuple[int, str]] = []
-    pushes: dict[int, list[BoundSymbol]] = {}
-    pops: dict[int, list[tuple[BoundSymbol, dict[str, Any]]]] = {}
-    open_ends: dict[Any, list[int]] = {}  # per domain: ends of the ranges enclosing the current one
+    emitted: list[tuple[int | None, str]] = []
+    starts: dict[int, BoundSymbol] = {}
+    ends: dict[int, BoundSymbol] = {}
+    open_ends: dict[Any, list[int]] = {}  # per domain: ends of the push/pop ranges enclosing the current one
     for number, planned in enumerate(plan.ranges):
         marker = planned.marker
         if marker is not None or planned.label is not None:
             message = planned.label
         else:
             message = op_message(planned.start, bsyms[planned.start])
-        key = (planned.gate, planned.domain(domain.name))
-        ends = open_ends.setdefault(key[1], [])
-        while ends and ends[-1] < planned.start:
-            ends.pop()
-        emitted.append((len(ends), message))
-        ends.append(planned.end)
         rule = compiled.rules[planned.rules[0]]
+        key = key_of(planned)
         group = groups[key]
         if marker is not None and marker.form != RECORD_FUNCTION:
             # The user's own marker, as the user pushed it: message and colour, no category.
@@ -119,26 +190,44 @@ def annotate_trace(
             domain_name: functions[domain_name],
         }
         quoted = json.dumps(message, ensure_ascii=False)
+        if planned.style == "StartEnd":
+            # Not on the thread's stack: no depth (None), and nothing nests in it.
+            emitted.append((None, message))
+            context = {group.start_name: functions[group.start_name], group.end_name: functions[group.end_name], **context}
+            if number == 0:
+                starts[number] = bind_with_globals(
+                    _ENTER_START, (attr_name, quoted, enter_name, progress, cell, number),
+                    {enter_name: runtime.enter, attr_name: attributes, **context},
+                )  # fmt: skip
+            else:
+                args = (attr_name, quoted, group.start_name, domain_name, progress, number)
+                starts[number] = bind_with_globals(_START, args, {attr_name: attributes, **context})
+            operator = _EXIT_END if number == last else _END
+            ends[number] = bind_with_globals(operator, (group.end_name, progress, number), context)
+            continue
+        enclosing = open_ends.setdefault(key[1], [])
+        while enclosing and enclosing[-1] < planned.start:
+            enclosing.pop()
+        emitted.append((len(enclosing), message))
+        enclosing.append(planned.end)
         if number == 0:
-            push = bind_with_globals(
-                _ENTER, (attr_name, quoted, enter_name, progress), {enter_name: runtime.enter, attr_name: attributes, **context}
-            )
+            starts[number] = bind_with_globals(
+                _ENTER, (attr_name, quoted, enter_name, progress, cell),
+                {enter_name: runtime.enter, attr_name: attributes, **context},
+            )  # fmt: skip
         else:
-            args = (attr_name, quoted, group.push_name, domain_name, progress, numbers[key])
-            push = bind_with_globals(_PUSH, args, {attr_name: attributes, **context})
-        pushes.setdefault(planned.start, []).append(push)
-        pop = bind_with_globals(_POP, (group.pop_name, domain_name, progress), context)
-        pops.setdefault(planned.end, []).insert(0, (pop, context))
-    # The trace's last pop: at the latest end, the last of that list (the outermost range).
-    end_pops = pops[max(pops)]
-    last_pop, context = end_pops[-1]
-    end_pops[-1] = (bind_with_globals(_EXIT, last_pop.args, context), context)
+            args = (attr_name, quoted, group.push_name, domain_name, cell, points[("push", number)])
+            starts[number] = bind_with_globals(_PUSH, args, {attr_name: attributes, **context})
+        if number == last:
+            ends[number] = bind_with_globals(_EXIT, (group.pop_name, domain_name, progress), context)
+        else:
+            ends[number] = bind_with_globals(_POP, (group.pop_name, domain_name, cell, points[("pop", number)]), context)
 
     new_bsyms: list[BoundSymbol] = []
     for index, bsym in enumerate(bsyms):
-        new_bsyms.extend(pushes.get(index, ()))
+        new_bsyms.extend(starts[number] for number in before.get(index, ()))
         new_bsyms.append(bsym)
-        new_bsyms.extend(pop for pop, _ in pops.get(index, ()))
+        new_bsyms.extend(ends[number] for number in after.get(index, ()))
     annotated = from_trace(trace)
     annotated.bound_symbols = new_bsyms
     return annotated, emitted

@@ -3,36 +3,54 @@ recovery of the NVTX stack after an op raised.
 
 The per-range path pushes no Python frame. A push line in the trace reads
 
-    nvtx_regions_3_push_0(nvtx_regions_3_attr_17, nvtx_regions_3_domain); nvtx_regions_3_open.append(0)  # "t5 = ltorch.linear(...)"
+    nvtx_regions_3_push_0(nvtx_regions_3_attr_17, nvtx_regions_3_domain); nvtx_regions_3_at[0] = 9  # "t5 = ltorch.linear(...)"
 
 where the first three names are globals of the generated function: the nvtx
 package's C function ``push_range``, prebuilt `EventAttributes` with a
 registered string, and the domain's C handle. Pops read
-``nvtx_regions_3_pop_0(nvtx_regions_3_domain); nvtx_regions_3_open.pop()``.
+``nvtx_regions_3_pop_0(nvtx_regions_3_domain); nvtx_regions_3_at[0] = 10``.
 With no NVTX tool attached
 the nvtx package hands out a dummy domain, and push and pop are C no-ops
 (`nvtx_domain` says how a tool is recognised).
 
-Each call records its own progress in a list that is a local of the
-generated function (the *progress* list): every push line appends its group's
-number, every pop line pops one, both plain C calls on a list. So the list
-always holds the ranges the call has open, and a call that raised leaves
-behind exactly what must be popped, without anyone keeping its frame (and with
-it the call's tensors) alive.
+Recovery after an exception costs nothing per range until something raises:
+every push and pop line stores its *point* (its number among the trace's push
+and pop lines, fixed when the trace is rewritten) in the call's *position
+cell*, a two-item list that is a local of the generated function: the low
+byte in ``at[0]`` on every line, the rest in ``at[1]`` once every 256 points,
+each a specialized list store of a preallocated small int, no call (one
+distinct int constant per point missed the cache on every store in large
+traces: 8-layer nanoGPT ran slower with it than with the progress list). The runtime knows, per
+point, which push/pop ranges are open after it (`TraceRuntime.open_after`),
+so a call that raised leaves behind exactly how far it got, and what must be
+popped follows, without anyone keeping its frame (and with it the call's
+tensors) alive. This replaced a list of open ranges that every push appended
+to and every pop popped (two method calls per range, about 55-60 ns); it
+works the same on every Python version, so ``sys.monitoring`` (3.12+) is not
+needed for it.
 
-The trace's first push is `TraceRuntime.enter`, a Python call once per call of
-the trace, which returns the progress list. The last pop removes the list from
-this thread's calls in flight, again with C calls only. So the trace gains
-exactly two bound symbols per range. `enter`:
-- pops the ranges that a previous call on this thread, of any trace with the
-  same NVTX domain, left open when an op raised (the progress lists of calls
-  that never ended and are no longer executing). Any trace: after an error the
+A start/end range (a module call whose range crosses another: see
+`selection.plan`) reads ``nvtx_regions_3_open.started[5] = nvtx_regions_3_start_0(nvtx_regions_3_attr_5,
+nvtx_regions_3_domain)`` and ends with ``nvtx_regions_3_end_0(*nvtx_regions_3_open.started.pop(5))``:
+nvtx's ``start_range`` gives the range id with the domain, and they wait in
+the call's `Progress` under the range's number, so a call that raised leaves
+behind what must be ended too. (Start/end ranges are one per crossing module
+call, so this dict costs little.)
+
+The trace's first push (or start) is `TraceRuntime.enter`, a Python call once
+per call of the trace, which returns the call's `Progress` (the line also
+takes its position cell into a local). The last pop removes the call from
+this thread's calls in flight, with C calls only. So the trace gains exactly
+two bound symbols per range. `enter`:
+- pops (and ends) the ranges that a previous call on this thread, of any trace with the
+  same NVTX domain, left open when an op raised (the calls that never ended
+  and are no longer executing). Any trace: after an error the
   next call often compiles anew (another batch size), and NVTX stacks are per
   thread and domain, not per trace;
 - for gated rules (``rank in <...>``, ``steps a..b``), decides which ranges are
   on for this call and swaps the push/pop globals between nvtx's functions
   and C-level no-ops. A gated-off range costs one call of a C builtin, plus
-  its progress entry.
+  its point store.
 """
 
 from __future__ import annotations
@@ -57,6 +75,27 @@ __all__ = ["Domain", "TraceRuntime", "current_rank", "nvtx_domain", "DEFAULT_DOM
 # push+pop pair, where `slice` (which allocates) took ~180 ns.
 _SKIP_PUSH = {}.get
 _SKIP_POP = id
+
+
+def _start_end(handle: Any) -> tuple[Any, Any]:
+    """(start, end) for the lines ``started = start(attributes, domain)`` and ``end(*started)``:
+    the nvtx package's C functions for start/end ranges, like `_push_pop`."""
+    if not hasattr(handle, "handle"):
+        return _SKIP_START, _SKIP_END
+    try:
+        from nvtx._lib.lib import end_range, start_range
+    except ImportError:
+        return (lambda attributes, _: (handle.start_range(attributes), None)), (lambda range_id, _: handle.end_range(range_id))
+    return start_range, end_range  # start_range gives (range id, domain handle): end_range's arguments
+
+
+def _SKIP_START(attributes: Any, domain: Any) -> tuple[int, None]:
+    """Start/end stand-in when a gate is closed or no tool is attached: nvtx's
+    `start_range` gives ``(range id, domain)``, which the end line unpacks."""
+    return (0, None)
+
+
+_SKIP_END = {}.get  # takes the (0, None) that _SKIP_START gave
 
 
 def _push_pop(handle: Any) -> tuple[Any, Any, Any]:
@@ -153,28 +192,33 @@ class RangesUnderGate:
     # The domain (the transform's own, or a user's marker's: `each marker`) and the global holding its argument.
     domain: Domain | None = None  # None: the runtime's own
     domain_name: str = ""
+    # The globals that start and end this gate's start/end ranges ("": it has none).
+    start_name: str = ""
+    end_name: str = ""
 
     def is_open(self, rank: int, step: int) -> bool:
         return self.gate is None or any(g.is_open(rank, step) for g in self.gate)
 
 
-class Progress(list):
-    """The ranges one call of a transformed trace has open: one group number per range.
+class Progress:
+    """One call of a transformed trace in flight: where it got to, and what it started.
 
     It is a local of the generated function, so it lives as long as the call's
-    frame and no longer. Exactly one thread appends to it.
+    frame and no longer. Exactly one thread writes to it.
     """
 
-    __slots__ = ("runtime", "calls", "live")
-    # The last pop finds this call among the calls in flight with list.remove,
-    # which compares with ==: a call is equal only to itself, not to another
-    # call with the same ranges open.
-    __eq__ = object.__eq__
-    __hash__ = None  # type: ignore[assignment]
+    __slots__ = ("runtime", "calls", "live", "started", "at")
 
     runtime: TraceRuntime
     calls: list[Progress]  # this thread's calls in flight in the domain, outermost first
     live: tuple[bool, ...]  # per group: on in this call (gates are decided when it starts)
+    # Start/end ranges the call has started and not ended: range number -> (NVTX range
+    # id, domain handle), what `end` takes (set only in traces that have start/end ranges).
+    started: dict[int, Any]
+    # The position cell: ``at[1] * 256 + at[0]`` is the last push or pop point the
+    # call passed (`TraceRuntime.open_after`); the lines store only ints 0-255 (see
+    # `rewrite`). The generated function keeps it in a local too.
+    at: list[int]
 
 
 _thread_states: dict[str | None, threading.local] = {}
@@ -207,11 +251,19 @@ class TraceRuntime:
         enter_name: str,
         exit_name: str,
         progress_name: str,
+        start_end_groups: dict[int, int] | None = None,
+        open_after: list[tuple[int, ...]] = [],  # noqa: B006 (read only)
     ) -> None:
         self.domain = domain  # the transform's own: calls in flight are kept per thread and this domain
+        # Per push/pop point of the trace: the groups of the push/pop ranges open after it.
+        self.open_after = open_after
+        # Range number -> group number, of each start/end range of the trace.
+        self.start_end_groups = start_end_groups or {}
         self.progress_name = progress_name  # the local that holds the call's `Progress`
         # Per group: (push, pop, domain argument) of its domain.
         self._calls_of = [_push_pop((g.domain or domain).handle) for g in groups]
+        # Per group: (start, end) of its domain, for its start/end ranges.
+        self._start_end_of = [_start_end((g.domain or domain).handle) for g in groups]
         self._state = _thread_state(domain.name)
         self.groups = groups  # groups[0] holds the trace's first range: `enter` pushes it
         # The lines that call enter/exit also push/pop a range of these groups.
@@ -224,15 +276,19 @@ class TraceRuntime:
     def initial_globals(self) -> dict[str, Any]:
         """Globals the generated function starts with (gated groups start closed)."""
         values: dict[str, Any] = {}
-        for group, (push, pop, argument) in zip(self.groups, self._calls_of):
+        for group, (push, pop, argument), (start, end) in zip(self.groups, self._calls_of, self._start_end_of):
             on = group.gate is None
             values[group.domain_name] = argument
             values[group.push_name] = push if on else _SKIP_PUSH
             values[group.pop_name] = pop if on else _SKIP_POP
+            if group.start_name:
+                values[group.start_name] = start if on else _SKIP_START
+                values[group.end_name] = end if on else _SKIP_END
         return values
 
-    def enter(self, function_globals: dict[str, Any], attributes: Any) -> Progress:
-        """Start a call: recover, apply gates, push the trace's first range; return the call's progress."""
+    def enter(self, function_globals: dict[str, Any], attributes: Any, started: int | None = None) -> Progress:
+        """Start a call: recover, apply gates, push the trace's first range (start it,
+        for a start/end range: `started` is its number); return the call's progress."""
         state = self._state
         try:
             calls = state.calls
@@ -242,10 +298,16 @@ class TraceRuntime:
             _recover(calls)
         if self._gated:
             self._apply_gates(function_globals)
-        progress = Progress((0,))
-        progress.runtime, progress.calls, progress.live = self, calls, self._live
+        progress = Progress()
+        progress.runtime, progress.calls, progress.live, progress.at = self, calls, self._live, [0, 0]
         calls.append(progress)
-        function_globals[self.groups[0].push_name](attributes, self._calls_of[0][2])
+        if self.start_end_groups:
+            progress.started = {}
+        argument = self._calls_of[0][2]
+        if started is None:
+            function_globals[self.groups[0].push_name](attributes, argument)
+        else:
+            progress.started[started] = function_globals[self.groups[0].start_name](attributes, argument)
         return progress
 
     def _live_flags(self) -> tuple[bool, ...]:
@@ -256,7 +318,7 @@ class TraceRuntime:
         step = next(self._calls)
         rank = current_rank()
         changed = False
-        for group, (push, pop, _) in zip(self.groups, self._calls_of):
+        for group, (push, pop, _), (start, end) in zip(self.groups, self._calls_of, self._start_end_of):
             if group.gate is None:
                 continue
             now = group.is_open(rank, step)
@@ -264,6 +326,9 @@ class TraceRuntime:
                 self._open[group.push_name] = now
                 function_globals[group.push_name] = push if now else _SKIP_PUSH
                 function_globals[group.pop_name] = pop if now else _SKIP_POP
+                if group.start_name:
+                    function_globals[group.start_name] = start if now else _SKIP_START
+                    function_globals[group.end_name] = end if now else _SKIP_END
                 changed = True
         if changed:
             self._live = self._live_flags()
@@ -281,12 +346,19 @@ def _recover(calls: list[Progress]) -> None:
         if _executing(progress):
             return
         calls.pop()
-        calls_of = progress.runtime._calls_of
+        runtime = progress.runtime
+        calls_of = runtime._calls_of
         live = progress.live
-        for group in progress:
+        low, high = progress.at
+        for group in runtime.open_after[high << 8 | low]:
             if live[group]:
                 _, pop, argument = calls_of[group]
                 pop(argument)
+        if runtime.start_end_groups:  # a failed call must not leave a start/end range open forever
+            groups = runtime.start_end_groups
+            for number, started in progress.started.items():
+                if live[groups[number]]:
+                    runtime._start_end_of[groups[number]][1](*started)
 
 
 def _executing(progress: Progress) -> bool:

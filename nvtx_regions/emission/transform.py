@@ -62,8 +62,8 @@ class TraceReport:
     seconds: float
     plan: Plan
     # (depth, message) of each range, in push order: what one call of the trace
-    # emits when no gate is closed. Depth 0 is outermost within this trace.
-    ranges_emitted: tuple[tuple[int, str], ...] = ()
+    # emits when no gate is closed. Depth 0 is outermost within this trace; None: a start/end range.
+    ranges_emitted: tuple[tuple[int | None, str], ...] = ()
 
 
 class NvtxProfileTransform(Transform):

@@ -5,11 +5,13 @@
 
 The inputs are Chrome Trace Event Format files (what ``nvtx-regions capture
 -o file.json`` writes, and what `write_chrome_trace` here writes): a JSON
-object with a ``traceEvents`` list, or a bare list of events. Only complete
-events (``"ph": "X"``) count; each gives a range named ``name`` lasting
-``dur`` microseconds, in the domain ``args.domain`` if present, else ``cat``
-(``"NVTX"``: the default domain). Every other phase (metadata, instants,
-begin/end pairs) is not a range and is passed over; a complete event without
+object with a ``traceEvents`` list, or a bare list of events. Complete
+events (``"ph": "X"``, push/pop ranges) count, each a range named ``name``
+lasting ``dur`` microseconds, in the domain ``args.domain`` if present, else
+``cat`` (``"NVTX"``: the default domain); so do nestable async pairs
+(``"b"``/``"e"`` with the same ``id``: NVTX start/end ranges), lasting from
+``b`` to ``e``. Every other phase (metadata, instants, ``B``/``E`` pairs) is
+not a range and is passed over; a complete event without
 a string ``name`` or with a ``dur`` that is not a number >= 0 is an error
 (`CaptureFileError`, naming the file and the event's index).
 

@@ -41,6 +41,8 @@ class RuleInTrace:
     modules: tuple[str | None, ...] = ()  # per selected op: the module it is attributed to
     calls: tuple[tuple[str, int, int, int], ...] = ()  # `each` rules: (message, first, last, ops) per module call
     notes: tuple[str, ...] = ()  # per entry of `calls`: for a marker, where it was pushed and fusions crossing it
+    # Per call: None for a push/pop range; for a start/end range, why (the range it crosses).
+    start_end: tuple[str | None, ...] = ()
 
 
 @dataclass
@@ -63,8 +65,10 @@ class Explanation:
                 if found.region is not None:
                     head += f", ops #{found.region[0]}..#{found.region[1]} ({len(found.selected)} ops)"
                 out.append(head)
-                for n, (message, first, last, count) in enumerate(found.calls[: self.max_ops]):
-                    out.append(f"    {message}: ops #{first}..#{last} ({count} op{'s' * (count != 1)})")
+                whys = found.start_end or (None,) * len(found.calls)
+                for n, ((message, first, last, count), why) in enumerate(list(zip(found.calls, whys))[: self.max_ops]):
+                    style = "" if why is None else f"; start/end range: {why}"
+                    out.append(f"    {message}: ops #{first}..#{last} ({count} op{'s' * (count != 1)}){style}")
                     if n < len(found.notes) and found.notes[n]:
                         out.append(f"      {found.notes[n]}")
                 if len(found.calls) > self.max_ops:
@@ -170,8 +174,11 @@ def _rule_in_trace(rule: CompiledRule, view: TraceView, plan: Plan) -> RuleInTra
     modules = tuple((chains[p][-1].name if chains[p] else None) for p in selected)
     calls = tuple((span.label, span.first, span.last, bin(span.positions).count("1")) for span in ranges.calls)
     notes = tuple("" if span.marker is None else _marker_note(view, span.marker) for span in ranges.calls)
+    whys = {(r.label, r.start): r.why for r in plan.ranges if r.style == "StartEnd" and rule.number in r.rules}
+    start_end = tuple(whys.get((span.label, view.ops[span.first].index)) for span in ranges.calls)
     return RuleInTrace(
-        view.name, view.phase, ranges.ranges, region, selected, lines, tuple(saved_by), modules, calls, notes
+        view.name, view.phase, ranges.ranges, region, selected, lines, tuple(saved_by), modules, calls, notes,
+        start_end,
     )
 
 

@@ -9,7 +9,10 @@
     └── matmuls ×11  #33..#70
 
 A region rule is a node spanning its ops, and so is each module call of an
-``each module``/``each class`` rule (named by its path); per-op ranges are leaves inside
+``each module``/``each class`` rule (named by its path), except a call whose
+range is a start/end range (it crosses another range): start/end ranges are
+listed under the tree, apart from it, with why, as Nsight shows them in a row
+of their own (``start/end: a  #0..#7 (crosses 'b' ...)``). Per-op ranges are leaves inside
 the innermost region that holds them. Consecutive leaves of the same rule
 under one parent are drawn as one line, ``name ×count`` with their op
 positions. An op that several rules select has one range, named after all of
@@ -71,9 +74,15 @@ def draw_ranges(explanation: Any) -> str:
         found = [per_trace[t] for per_trace in explanation.traces]
         regions: list[_Node] = []
         leaves: dict[int, list[str]] = {}
+        apart: list[str] = []  # start/end ranges
         for rule, f in zip(rules, found):
             # One region per module call of an each rule, named by its path.
-            regions.extend(_Node(message, first, last, True) for message, first, last, _ in f.calls)
+            whys = f.start_end or (None,) * len(f.calls)
+            for (message, first, last, _), why in zip(f.calls, whys):
+                if why is None:
+                    regions.append(_Node(message, first, last, True))
+                else:
+                    apart.append(f"start/end: {message}  #{first}..#{last} ({why})")
             if f.region is not None and f.ranges:
                 regions.append(_Node(rule_category(rule.rule), f.region[0], f.region[1], True))
             if rule.per_op:
@@ -90,7 +99,7 @@ def draw_ranges(explanation: Any) -> str:
             (stack[-1].children if stack else roots).append(node)
             if node.region:
                 stack.append(node)
-        total = len(nodes)
+        total = len(nodes) + len(apart)
         head = f"{found[0].phase} {found[0].trace_name!r} ({total} range{'s' * (total != 1)})"
-        pictures.append("\n".join([head, *(_lines(roots, "") or ["    (no ranges)"])]))
+        pictures.append("\n".join([head, *(_lines(roots, "") or ["    (no ranges)"]), *apart]))
     return "\n\n".join(pictures)

@@ -8,16 +8,23 @@ Promises:
   module calls of one ``each`` rule with the same extent nest as the module tree.
 - An ``each`` rule gives one region per matching module call, from its first to
   its last op, even when ops of other calls lie in between.
-- Regions that partially overlap raise `SelectorError` naming both rules,
-  because NVTX push/pop ranges must nest. NVTX keeps one stack per domain:
-  an ``each marker`` range in the user's own domain (`PlannedRange.domain`)
-  needs to nest only with the ranges of that domain.
+- NVTX push/pop ranges must nest, within each NVTX domain (NVTX keeps one
+  stack per domain: an ``each marker`` range in the user's own domain,
+  `PlannedRange.domain`, needs to nest only with the ranges of that domain).
+  Where a range of an ``each`` rule (a module call, or a user's marker)
+  partially overlaps another range, the overlap is thunder's scheduling (it
+  interleaved their ops), not the user's text: that range becomes a
+  start/end range (``style="StartEnd"``, which may overlap; `why` names the
+  range it crosses), and so does the other range if it is one of an
+  ``each`` rule too. Two regions the user wrote (``between``) that
+  partially overlap raise `SelectorError` naming both rules. The push/pop
+  ranges left nest.
 - `ranges` are in push order: at a given bound symbol, outer before inner.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from ..attribution.traceview import Phase, TraceView
@@ -41,6 +48,8 @@ class PlannedRange:
     gate: GateKey
     # For an `each marker` range: the user's marker it re-emits (its domain and colour).
     marker: Marker | None = None
+    style: Literal["PushPop", "StartEnd"] = "PushPop"  # as Nsight names NVTX's two kinds of range
+    why: str | None = None  # for a start/end range: the range it crosses
 
     def domain(self, own: Any) -> Any:
         """The NVTX domain this range goes in, when the transform's own is `own`: a
@@ -108,8 +117,7 @@ def make_plan(spec: CompiledSpec, view: TraceView, domain: Any = OWN_DOMAIN) -> 
     stacks: dict[Any, list[PlannedRange]] = {}
     for item in regions:
         stacks.setdefault(item[4].domain(domain), []).append(item[4])
-    for ranges in stacks.values():
-        _check_nesting(ranges, spec, view)
+    nested = [planned for ranges in stacks.values() for planned in _start_end_where_calls_cross(ranges, spec, view)]
 
     gates = {rule.number: rule.gate for rule in spec.rules}
     op_ranges = []
@@ -122,32 +130,53 @@ def make_plan(spec: CompiledSpec, view: TraceView, domain: Any = OWN_DOMAIN) -> 
 
     # Push order: by start; at the same start, regions (outer to inner) before the op.
     ordered = sorted(
-        [item[4] for item in regions] + op_ranges,
+        nested + op_ranges,
         key=lambda r: (r.start, r.kind == "op", -r.end, r.rules[0]),
     )
     return Plan(view.phase, view.name, tuple(ordered), tuple(per_rule))
 
 
-def _check_nesting(regions: list[PlannedRange], spec: CompiledSpec, view: TraceView) -> None:
-    stack: list[PlannedRange] = []
-    for region in regions:
-        while stack and stack[-1].end < region.start:
-            stack.pop()
-        if stack and stack[-1].end < region.end:
-            outer = spec.rules[stack[-1].rules[0]]
-            inner = spec.rules[region.rules[0]]
-            if outer.per_module_call or inner.per_module_call or outer.per_marker or inner.per_marker:
+def _scheduled(rule: Any) -> bool:
+    """Whether thunder's scheduling decides where `rule`'s ranges lie (an ``each`` rule), not the user's text."""
+    return rule.per_module_call or rule.per_marker
+
+
+def _start_end_where_calls_cross(regions: list[PlannedRange], spec: CompiledSpec, view: TraceView) -> list[PlannedRange]:
+    """`regions` (sorted outer first), with the module-call ranges that cross
+    another range made start/end ranges (see the module doc).
+
+    Raises `SelectorError` where two regions the user wrote cross.
+    """
+    crossed: dict[int, PlannedRange] = {}  # region's position in `regions` -> a range it crosses
+    for i, outer in enumerate(regions):
+        for j in range(i + 1, len(regions)):
+            inner = regions[j]
+            if inner.start > outer.end:
+                break
+            if inner.end <= outer.end:
+                continue
+            first, second = spec.rules[outer.rules[0]], spec.rules[inner.rules[0]]
+            if not (_scheduled(first) or _scheduled(second)):
                 raise SelectorError(
-                    f"the ranges {stack[-1].label!r} ({outer.describe()}) and {region.label!r} "
-                    f"({inner.describe()}) overlap without nesting in the {view.phase} trace {view.name!r} "
-                    f"(bound symbols {stack[-1].start}..{stack[-1].end} and {region.start}..{region.end}): "
-                    "thunder interleaved their ops, and NVTX ranges must nest; select one of them, "
-                    "or restrict the rule with 'and forward' / 'and backward'"
+                    f"{first.describe()} and {second.describe()} overlap without nesting in the "
+                    f"{view.phase} trace {view.name!r} (bound symbols {outer.start}..{outer.end} "
+                    f"and {inner.start}..{inner.end}); NVTX ranges must nest, so make one region "
+                    "contain the other or keep them apart"
                 )
-            raise SelectorError(
-                f"{outer.describe()} and {inner.describe()} overlap without nesting in the "
-                f"{view.phase} trace {view.name!r} (bound symbols {stack[-1].start}..{stack[-1].end} "
-                f"and {region.start}..{region.end}); NVTX ranges must nest, so make one region "
-                "contain the other or keep them apart"
-            )
-        stack.append(region)
+            if _scheduled(first):
+                crossed.setdefault(i, inner)
+            if _scheduled(second):
+                crossed.setdefault(j, outer)
+    if not crossed:
+        return regions
+    return [
+        replace(
+            region,
+            style="StartEnd",
+            why=f"crosses {crossed[n].label!r} (bound symbols {crossed[n].start}..{crossed[n].end}): "
+            "thunder interleaved their ops",
+        )
+        if n in crossed
+        else region
+        for n, region in enumerate(regions)
+    ]

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from ..attribution.module_calls import anchored_span
 from ..attribution.traceview import Phase, TraceView
 from ..core.calls import ModuleCall, ancestors
 from ..core.errors import SelectorError
@@ -131,7 +132,8 @@ class RegionSelector:
 
 @dataclass(frozen=True)
 class CallSpan:
-    """One module call's ops in one trace: compute positions `first`..`last`."""
+    """One module call's ops in one trace: its range covers compute positions
+    `first`..`last`, which leave out its hoisted ops (`module_calls.anchored_span`)."""
 
     call: ModuleCall
     depth: int  # in the module tree: 0 is the root
@@ -170,9 +172,10 @@ class EachSelector:
                     entry = found.setdefault(call, [depth, position, position, 0])
                     entry[2] = position
                     entry[3] |= 1 << position
+        hoisted = view.parameter_only
         spans = [
-            CallSpan(call, d, first, last, mask, range_message(call.name, view.phase))
-            for call, (d, first, last, mask) in found.items()
+            CallSpan(call, d, *anchored_span(mask, hoisted), mask, range_message(call.name, view.phase))
+            for call, (d, _, _, mask) in found.items()
         ]
         spans.sort(key=lambda span: (span.first, -span.last, span.depth))
         return spans

@@ -7,6 +7,9 @@ Modes, run in this order, each with its own transform and NVTX domain (its name)
   the error of ddp(mlp), a module not jitted yet.
 - fsdp: thunder.distributed.fsdp(thunder.jit(mlp, transforms=[t]), device=cpu), 2 steps;
   and the error of fsdp(mlp, device=cpu).
+- each: thunder.distributed.fsdp(thunder.jit(open_llama, transforms=[t])) with
+  `each module <transformer.h.*>`, 2 steps, with block_reference's ranges and
+  findings for its traces (issue 16).
 - gates: thunder.jit(mlp, transforms=[t]) with rank and step gates, 3 steps.
 Rank 0 prints one `regions_kit.emit` line with every rank's results (``ranks``).
 """
@@ -21,7 +24,7 @@ import warnings
 import thunder
 import torch
 import torch.distributed as dist
-from regions_kit import emit, mlp, reports
+from regions_kit import emit, mlp, open_llama, open_llama_inputs, reports
 
 from nvtx_regions import NvtxProfileTransform
 
@@ -92,15 +95,44 @@ def main(modes: list[str]) -> None:
     if "modules" in modes:  # module paths are the user's, without the wrappers' prefixes
         from thunder.distributed import ddp, fsdp
 
-        # FSDP's backward interleaves the modules' gradient computations (to overlap the
-        # reduce-scatters), so there module calls cannot nest: select its ops by module instead.
-        specs = {"ddp": "each module <*>", "fsdp": "each module <*> and forward\nop in <matmul, sum> and backward and module <0>"}
         for name, wrap in (("ddp", ddp), ("fsdp", lambda m: fsdp(m, device=torch.device("cpu")))):
-            t = NvtxProfileTransform(specs[name], domain=f"{name}_modules", messages="module")
+            t = NvtxProfileTransform("each module <*>", domain=f"{name}_modules", messages="module")
             model = wrap(thunder.jit(mlp(), transforms=[t]))
             for _ in range(2):
                 model(x).sum().backward()
             out[f"{name}_modules"] = reports(t)
+
+    if "each" in modes:
+        import block_reference
+        from thunder.core.transform_common import Transform
+        from thunder.distributed import fsdp
+
+        from nvtx_regions.attribution.traceview import TraceView
+
+        class Recorder(Transform):
+            def __init__(self):
+                self.traces = []
+
+            def transform_trace_post_optimization(self, trace, **kwargs):
+                self.traces.append(trace)
+                return trace
+
+        recorder = Recorder()
+        t = NvtxProfileTransform("each module <transformer.h.*>", domain="fsdp_each", messages="module")
+        sharded = fsdp(thunder.jit(open_llama(), transforms=[recorder, t]), device=torch.device("cpu"))
+        for _ in range(2):
+            sharded(*open_llama_inputs()).sum().backward()
+        forward, backward = (TraceView.from_trace(trace) for trace in recorder.traces)
+        backward.forward = forward
+        cotangents = {p.name for p in recorder.traces[1].args[1]}
+        out["fsdp_each"] = reports(t)
+        out["fsdp_each_reference"] = []
+        for view in (forward, backward):
+            expected = block_reference.reference_ranges(view, cotangents)
+            out["fsdp_each_reference"].append({
+                "ranges": {str(b): [view.ops[first].index, view.ops[last].index] for b, (first, last) in expected.items()},
+                "problems": block_reference.problems(view, expected, cotangents),
+            })  # fmt: skip
 
     if "gates" in modes:
         t = NvtxProfileTransform(GATES_SPEC, domain="gates")

@@ -43,6 +43,26 @@ def small_gpt():
     return GPT(GPTConfig(block_size=16, vocab_size=64, n_layer=2, n_head=2, n_embd=32, dropout=0.0))
 
 
+def open_llama(n_layer: int = 2):
+    """litgpt's ``open_llama_3b`` (RMSNorm, LLaMAMLP, rotary, no bias), with 2 layers and small widths for the CPU."""
+    import torch
+    from thunder.tests.litgpt_model import GPT, Config
+
+    torch.manual_seed(0)
+    config = Config.from_name(
+        "open_llama_3b", n_layer=n_layer, n_embd=64, n_head=4, intermediate_size=128, vocab_size=64,
+        padded_vocab_size=64, block_size=32,
+    )  # fmt: skip
+    return GPT(config)
+
+
+def open_llama_inputs():
+    import torch
+
+    torch.manual_seed(1)
+    return (torch.randint(0, 64, (2, 16)),)
+
+
 def embed_net(through=None):
     """linear -> gelu, plus an embedding of ``idx`` -> linear.
 
@@ -176,7 +196,7 @@ def torchrun_workers() -> tuple[dict[int, dict[str, Any]], dict[int, Any]]:
 
     argv = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-        str(WORKERS / "distributed_worker.py"), "ddp", "fsdp", "modules", "gates",
+        str(WORKERS / "distributed_worker.py"), "ddp", "fsdp", "modules", "each", "gates",
     ]  # fmt: skip
     captured = capture_subprocess(argv, cwd=WORKERS, timeout=300).check()
     outs = {out["rank"]: out for out in result(captured.stdout)["ranks"]}

@@ -1,0 +1,71 @@
+"""What the recovery bookkeeping costs per range, on any Python (no torch, no thunder).
+
+    python benchmarks/range_lines.py            # any interpreter: 3.11, 3.12, ...
+
+Times generated functions shaped like transformed traces, with the NVTX calls
+replaced by the C no-ops the runtime uses when no tool is attached (``{}.get``
+and ``id``), so only the lines' own cost shows:
+
+- ``bare``: ``push(attributes, domain)`` / ``pop(domain)``, no bookkeeping;
+- ``progress list``: the lines before issue 16, ``...; progress.append(0)`` /
+  ``...; progress.pop()``;
+- ``position cell``: the lines now, ``...; at[0] = 7`` (see emission/runtime.py).
+
+A small, cache-resident function: it shows the lines' own cost, not what a
+large trace adds through the cache (see emission/rewrite.py `_store_point`).
+
+Prints ns per range (a push line and a pop line) for each, and the extra cost
+of each kind of bookkeeping over ``bare``; median of interleaved repeats.
+"""
+
+from __future__ import annotations
+
+import platform
+import statistics
+import sys
+import time
+
+RANGES = 2000
+REPEATS = 41
+
+
+def build(kind: str):
+    lines = ["def step(push, pop, attributes, domain):", "  progress = []", "  at = [0, 0]"]
+    for k in range(RANGES):
+        if kind == "bare":
+            lines += ["  push(attributes, domain)", "  pop(domain)"]
+        elif kind == "progress list":
+            lines += ["  push(attributes, domain); progress.append(0)", "  pop(domain); progress.pop()"]
+        else:  # as emission/rewrite.py writes them: the low byte, and the rest every 256 points
+            for point, call in ((2 * k + 1, "push(attributes, domain)"), (2 * k + 2, "pop(domain)")):
+                high = f"at[1] = {point >> 8}; " if point & 255 == 0 else ""
+                lines.append(f"  {call}; {high}at[0] = {point & 255}")
+    namespace: dict = {}
+    exec(compile("\n".join(lines), f"<{kind}>", "exec"), namespace)
+    return namespace["step"]
+
+
+def main() -> int:
+    kinds = ("bare", "progress list", "position cell")
+    steps = {kind: build(kind) for kind in kinds}
+    push, pop, attributes, domain = {}.get, id, object(), None
+    times: dict[str, list[float]] = {kind: [] for kind in kinds}
+    for repeat in range(REPEATS + 3):
+        for kind in kinds[repeat % 3 :] + kinds[: repeat % 3]:
+            started = time.perf_counter_ns()
+            steps[kind](push, pop, attributes, domain)
+            if repeat >= 3:  # warm-up (and 3.11+'s specialization) first
+                times[kind].append((time.perf_counter_ns() - started) / RANGES)
+    medians = {kind: statistics.median(values) for kind, values in times.items()}
+    print(f"Python {platform.python_version()}: ns per range (push line + pop line), median of {REPEATS}")
+    print()
+    print("| lines | ns per range | bookkeeping over bare |")
+    print("| --- | ---: | ---: |")
+    for kind in kinds:
+        extra = "" if kind == "bare" else f"{medians[kind] - medians['bare']:.1f}"
+        print(f"| {kind} | {medians[kind]:.1f} | {extra} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
