@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -99,13 +98,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         print(json.dumps(child(args.layers, args.rounds)))
         return 0
-    results = {}
-    for mode in ("none", "tool"):
-        out = subprocess.run(
-            [sys.executable, __file__, "--child", mode, "--layers", str(args.layers), "--rounds", str(args.rounds)],
-            capture_output=True, text=True, check=True,
-        )  # fmt: skip
-        results[mode] = json.loads(out.stdout.strip().splitlines()[-1])
+    sys.path.insert(0, str(HERE))
+    import stats
+
+    results = stats.per_tool_mode(__file__, args.layers, args.rounds)
     print(f"Per-range cost of the model's own markers, {args.layers} marked layers per call, forward, CPU")
     print()
     print("| NVTX tool | eager call | eager, per marker | thunder call | thunder `each marker <*>`, per marker |")

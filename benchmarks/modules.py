@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -60,13 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         print(json.dumps(child(args.layers, args.rounds)))
         return 0
-    results = {}
-    for mode in ("none", "tool"):
-        out = subprocess.run(
-            [sys.executable, __file__, "--child", mode, "--layers", str(args.layers), "--rounds", str(args.rounds)],
-            capture_output=True, text=True, check=True,
-        )  # fmt: skip
-        results[mode] = json.loads(out.stdout.strip().splitlines()[-1])
+    sys.path.insert(0, str(HERE))
+    import stats
+
+    results = stats.per_tool_mode(__file__, args.layers, args.rounds)
     print(f"Per-step overhead on a {args.layers}-layer nanoGPT training step, `{SPEC}` against thunder's transform")
     print()
     print("| NVTX tool | step, no transform | thunder's (every op) | ranges | ours (`each module`) | ranges | ours / thunder's |")

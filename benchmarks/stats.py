@@ -88,3 +88,21 @@ def bootstrap(
 
 def pick(times: Sequence[int], indexes: Sequence[int]) -> list[int]:
     return [times[i] for i in indexes]
+
+
+def per_tool_mode(script: str, layers: int, rounds: int) -> dict[str, dict]:
+    """Run `script` ``--child MODE`` once with no NVTX tool and once with one
+    attached (each in a fresh process, so the tool is there before the first
+    NVTX call); its last line of output is the JSON result of that mode."""
+    import json
+    import subprocess
+    import sys
+
+    results = {}
+    for mode in ("none", "tool"):
+        out = subprocess.run(
+            [sys.executable, script, "--child", mode, "--layers", str(layers), "--rounds", str(rounds)],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        results[mode] = json.loads(out.stdout.strip().splitlines()[-1])
+    return results

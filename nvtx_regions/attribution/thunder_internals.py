@@ -262,11 +262,18 @@ def recorded_chain(bsym: Any) -> Chain | None:
 
 def recorded_classes(bsym: Any) -> dict[str, str] | None:
     """The path -> class table recorded with a bound symbol (or one of its parts)."""
+    return _first_record(bsym, lambda filename: filename.classes)
+
+
+def _first_record(bsym: Any, read: Any) -> Any:
+    """`read(filename)` of the first attributed filename of `bsym` or its parts (depth first) where it is not None."""
     filename = getattr(bsym, "source_filename", None)
     if isinstance(filename, AttributedFilename):
-        return filename.classes
+        found = read(filename)
+        if found is not None:
+            return found
     for sub in getattr(bsym, "subsymbols", ()):
-        found = recorded_classes(sub)
+        found = _first_record(sub, read)
         if found is not None:
             return found
     return None
@@ -685,14 +692,7 @@ def recorded_markers(bsym: Any) -> MarkerStack | None:
 
 def recorded_marker_log(bsym: Any) -> MarkerLog | None:
     """The `MarkerLog` of the function a bound symbol (or one of its parts) was recorded in; None if it has no record."""
-    filename = getattr(bsym, "source_filename", None)
-    if isinstance(filename, AttributedFilename) and filename.marker_log is not None:
-        return filename.marker_log
-    for sub in getattr(bsym, "subsymbols", ()):
-        found = recorded_marker_log(sub)
-        if found is not None:
-            return found
-    return None
+    return _first_record(bsym, lambda filename: filename.marker_log)
 
 
 def _install_thunderfx_marker_warning() -> None:
