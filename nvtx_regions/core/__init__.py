@@ -1,7 +1,8 @@
 """The leaf layer: value types and helpers every other layer uses.
 
 Errors and warnings (`errors`), bitsets over trace positions (`bits`), module
-calls and their chains (`calls`), glob matching (`globs`), and the names that
+calls and their chains (`calls`), the user's own NVTX markers (`markers`),
+glob matching (`globs`), and the names that
 eager and thunder profiles must share (`naming`). Nothing here imports
 another part of nvtx_regions, torch or thunder.
 """
