@@ -250,14 +250,19 @@ def _fx_path(path: str) -> str:
 def recorded_chain(bsym: Any) -> Chain | None:
     """The module calls recorded for a bound symbol, or, for a fusion or an op
     recorded without one, the deepest call that contains all its parts'."""
+    return _recorded_in_common(bsym, lambda filename: filename.calls, common_chain)
 
+
+def _recorded_in_common(bsym: Any, read: Any, common: Any) -> Any:
+    """`read(filename)` of a bound symbol's own record; for a fusion, or an op
+    recorded without one, `common` of what its parts (and its own record) give."""
     filename = getattr(bsym, "source_filename", None)
     if isinstance(filename, AttributedFilename) and not getattr(bsym.sym, "is_fusion", False):
-        return filename.calls
-    parts = [recorded_chain(sub) for sub in getattr(bsym, "subsymbols", ())]
+        return read(filename)
+    parts = [_recorded_in_common(sub, read, common) for sub in getattr(bsym, "subsymbols", ())]
     if isinstance(filename, AttributedFilename):
-        parts.append(filename.calls)
-    return common_chain(parts)
+        parts.append(read(filename))
+    return common(parts)
 
 
 def recorded_classes(bsym: Any) -> dict[str, str] | None:
@@ -681,13 +686,7 @@ def _record_function_exit(log: MarkerLog, self: Any, *exc_info: Any) -> None:
 def recorded_markers(bsym: Any) -> MarkerStack | None:
     """The user's markers open when a bound symbol was recorded, in push order
     (for a fusion: those open around all its parts); None if it has no record."""
-    filename = getattr(bsym, "source_filename", None)
-    if isinstance(filename, AttributedFilename) and not getattr(bsym.sym, "is_fusion", False):
-        return filename.markers
-    parts = [recorded_markers(sub) for sub in getattr(bsym, "subsymbols", ())]
-    if isinstance(filename, AttributedFilename):
-        parts.append(filename.markers)
-    return common_markers(parts)
+    return _recorded_in_common(bsym, lambda filename: filename.markers, common_markers)
 
 
 def recorded_marker_log(bsym: Any) -> MarkerLog | None:

@@ -123,8 +123,10 @@ class CompiledRule:
 
     ranges_text: ClassVar[str]  # what the rule's ranges are, for reports
     per_op: ClassVar[bool] = False  # one range per selected op
-    per_module_call: ClassVar[bool] = False  # one range per module call
-    per_marker: ClassVar[bool] = False  # one range per occurrence of a user's marker
+    # Whether thunder's scheduling, not the user's text, decides where each of its
+    # ranges lies (one per module call or marker occurrence): such ranges that
+    # cross another become start/end ranges (`plan`).
+    placed_by_thunder: ClassVar[bool] = False
 
     def describe(self) -> str:
         return self.rule.describe(self.filename)
@@ -176,7 +178,7 @@ class EachRule(CompiledRule):
     each: EachSelector
 
     ranges_text: ClassVar[str] = "one range per module call"
-    per_module_call: ClassVar[bool] = True
+    placed_by_thunder: ClassVar[bool] = True
 
     def plan(self, view: TraceView) -> RuleRanges:
         calls = tuple(
@@ -196,7 +198,7 @@ class EachMarkerRule(CompiledRule):
     each: EachMarkerSelector
 
     ranges_text: ClassVar[str] = "one range per marker occurrence"
-    per_marker: ClassVar[bool] = True
+    placed_by_thunder: ClassVar[bool] = True
 
     def plan(self, view: TraceView) -> RuleRanges:
         calls = tuple(

@@ -136,14 +136,10 @@ def make_plan(spec: CompiledSpec, view: TraceView, domain: Any = OWN_DOMAIN) -> 
     return Plan(view.phase, view.name, tuple(ordered), tuple(per_rule))
 
 
-def _scheduled(rule: Any) -> bool:
-    """Whether thunder's scheduling decides where `rule`'s ranges lie (an ``each`` rule), not the user's text."""
-    return rule.per_module_call or rule.per_marker
-
-
 def _start_end_where_calls_cross(regions: list[PlannedRange], spec: CompiledSpec, view: TraceView) -> list[PlannedRange]:
-    """`regions` (sorted outer first), with the module-call ranges that cross
-    another range made start/end ranges (see the module doc).
+    """`regions` (sorted outer first), with the ranges that thunder placed
+    (`CompiledRule.placed_by_thunder`) and that cross another range made
+    start/end ranges (see the module doc).
 
     Raises `SelectorError` where two regions the user wrote cross.
     """
@@ -156,16 +152,16 @@ def _start_end_where_calls_cross(regions: list[PlannedRange], spec: CompiledSpec
             if inner.end <= outer.end:
                 continue
             first, second = spec.rules[outer.rules[0]], spec.rules[inner.rules[0]]
-            if not (_scheduled(first) or _scheduled(second)):
+            if not (first.placed_by_thunder or second.placed_by_thunder):
                 raise SelectorError(
                     f"{first.describe()} and {second.describe()} overlap without nesting in the "
                     f"{view.phase} trace {view.name!r} (bound symbols {outer.start}..{outer.end} "
                     f"and {inner.start}..{inner.end}); NVTX ranges must nest, so make one region "
                     "contain the other or keep them apart"
                 )
-            if _scheduled(first):
+            if first.placed_by_thunder:
                 crossed.setdefault(i, inner)
-            if _scheduled(second):
+            if second.placed_by_thunder:
                 crossed.setdefault(j, outer)
     if not crossed:
         return regions
