@@ -164,7 +164,7 @@ def test_a_trace_that_cannot_be_written_at_the_end_is_kept_and_named(tmp_path):
     (line,) = [l for l in result.stdout.splitlines() if "could not write" in l]
     kept = Path(line.split("so the trace is kept at ", 1)[1].split(",", 1)[0])
     assert line.startswith(f"nvtx-regions capture: could not write {out_dir / 't.json'} (Not a directory)")
-    assert kept.name == "t.json" and kept.parent.name.startswith(f"nvtx_capture-")
+    assert kept.name == "t.json" and kept.parent.name.startswith("nvtx_capture-")
     names = [e["name"] for e in json.loads(kept.read_text())["traceEvents"] if e["ph"] == "X"]
     assert names == ["kept"]
     assert list(kept.parent.glob("nvtx-*.jsonl"))  # the raw event files are kept beside it

@@ -33,7 +33,6 @@ from ..language.tree import (
     Steps,
     Visitor,
     conjuncts,
-    render,
     walk,
 )
 from .markers import EachMarkerSelector
