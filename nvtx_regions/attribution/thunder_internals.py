@@ -412,6 +412,19 @@ def bind_with_globals(symbol: Any, args: tuple, call_globals: dict[str, Any]) ->
     return BoundSymbol(symbol, args=args, kwargs={}, output=None, _call_ctx=call_globals)
 
 
+def cannot_raise(bsym: Any) -> bool:
+    """Whether a final trace's bound symbol prints as a line that cannot raise: ``del`` of its names.
+
+    thunder 0.2.6: the ``del`` statements that free intermediates between ops are
+    bound symbols of ``prims.python_del`` (``PrimIDs.DEL``). The rewrite lets the
+    push and pop lines around them skip storing their points (see
+    `emission.rewrite`); without this, every range would store both.
+    """
+    from thunder.core.prims import PrimIDs
+
+    return bsym.sym.id == PrimIDs.DEL
+
+
 # -- parameters and buffers ----------------------------------------------------
 
 

@@ -22,11 +22,12 @@ from thunder.core.prims import OpTags
 from thunder.core.symbol import BoundSymbol, Symbol
 from thunder.core.trace import TraceCtx, from_trace
 
-from ..attribution.thunder_internals import bind_with_globals
+from ..attribution.thunder_internals import bind_with_globals, cannot_raise
 from ..core.markers import RECORD_FUNCTION
 from ..core.naming import rule_category, rule_color
 from ..selection.compile import CompiledSpec
 from ..selection.plan import Plan
+from . import unwind_watch
 from .runtime import Domain, RangesUnderGate, TraceRuntime, next_serial
 
 __all__ = ["annotate_trace"]
@@ -40,37 +41,45 @@ def _operator(name: str, line: Callable[[tuple], str]) -> Symbol:
     return Symbol(name=name, id=name, meta=None, is_prim=True, tags=(OpTags.DONT_DCE,), python_printer=python_printer)
 
 
-def _store_point(cell: str, point: int) -> str:
-    """The statement that records `point` in the call's position cell (see runtime).
+def _then(statement: str) -> str:
+    return f"; {statement}" if statement else ""
+
+
+def _store_point(cell: str, point: int, high: int) -> str:
+    """The statement that records `point` in the call's position cell (see runtime),
+    where `high` is the high part the cell holds already.
 
     Only ints 0-255 are stored: CPython keeps them preallocated side by side,
     so the stores touch a few hot cache lines, where one distinct constant
     per point (thousands in a large trace) would miss the cache on every
-    store. The point's high part goes to ``cell[1]`` at the first point that
-    changes it.
+    store. The point's high part goes to ``cell[1]`` when it changes.
     """
     low = f"{cell}[0] = {point & 255}"
-    return low if point & 255 else f"{cell}[1] = {point >> 8}; {low}"
+    return low if point >> 8 == high else f"{cell}[1] = {point >> 8}; {low}"
 
 
-# Each push and pop line also stores its *point* (its number among the trace's
+# A push or pop line may also store its *point* (its number among the trace's
 # push and pop lines) in the call's position cell, a two-item list: specialized
 # list stores, where a call that raised shows how far it got (see runtime).
-# Arguments: (attributes, message as JSON, push, domain, cell, point) -- globals' names but the last two.
-_PUSH = _operator("nvtx_regions_push", lambda a: f"{a[2]}({a[0]}, {a[3]}); {_store_point(a[4], a[5])}  # {a[1]}")
-# Arguments: (pop, domain, cell, point).
-_POP = _operator("nvtx_regions_pop", lambda a: f"{a[0]}({a[1]}); {_store_point(a[2], a[3])}")
-# The trace's first push: (attributes, message as JSON, enter, progress, cell).
-_ENTER = _operator("nvtx_regions_push_enter", lambda a: f"{a[3]} = {a[2]}(globals(), {a[0]}); {a[4]} = {a[3]}.at  # {a[1]}")
-# The trace's last pop: (pop, domain, progress).
-_EXIT = _operator("nvtx_regions_pop_exit", lambda a: f"{a[0]}({a[1]}); {a[2]}.calls.remove({a[2]})")
+# Arguments: (attributes, message as JSON, push, domain, store) -- globals' names but the last,
+# the store statement ("" for none).
+_PUSH = _operator("nvtx_regions_push", lambda a: f"{a[2]}({a[0]}, {a[3]}){_then(a[4])}  # {a[1]}")
+# Arguments: (pop, store); the pop has its domain bound (see runtime).
+_POP = _operator("nvtx_regions_pop", lambda a: f"{a[0]}(){_then(a[1])}")
+# The trace's first push: (attributes, message as JSON, enter, progress, cell: "" when the trace stores no points).
+_ENTER = _operator(
+    "nvtx_regions_push_enter", lambda a: f"{a[3]} = {a[2]}(globals(), {a[0]}){_then(a[4] and f'{a[4]} = {a[3]}.at')}  # {a[1]}"
+)
+# The trace's last pop: (pop, progress).
+_EXIT = _operator("nvtx_regions_pop_exit", lambda a: f"{a[0]}(); {a[1]}.calls.remove({a[1]})")
 # Start/end ranges: (attributes, message as JSON, start, domain, progress, range number).
 _START = _operator("nvtx_regions_start", lambda a: f"{a[4]}.started[{a[5]}] = {a[2]}({a[0]}, {a[3]})  # {a[1]}")
 # (end, progress, range number); `started` holds end's arguments (see runtime).
 _END = _operator("nvtx_regions_end", lambda a: f"{a[0]}(*{a[1]}.started.pop({a[2]}))")
 # The trace's first range, a start/end one: (attributes, message as JSON, enter, progress, cell, range number).
 _ENTER_START = _operator(
-    "nvtx_regions_start_enter", lambda a: f"{a[3]} = {a[2]}(globals(), {a[0]}, {a[5]}); {a[4]} = {a[3]}.at  # {a[1]}"
+    "nvtx_regions_start_enter",
+    lambda a: f"{a[3]} = {a[2]}(globals(), {a[0]}, {a[5]}){_then(a[4] and f'{a[4]} = {a[3]}.at')}  # {a[1]}",
 )
 # The trace's last end: (end, progress, range number).
 _EXIT_END = _operator(
@@ -137,8 +146,27 @@ def annotate_trace(
     open_after: list[tuple[int, ...]] = [() if first.style == "StartEnd" else (numbers[key_of(first)],)]
     stack: list[int] = []
     points: dict[tuple[str, int], int] = {}
+    # Without `sys.monitoring` (see unwind_watch) the lines store their points. Only the last
+    # pointed line before each original bound symbol that may raise stores: the lines up to it
+    # run back to back with nothing that raises in between (their calls are nvtx's or no-ops,
+    # and ``del`` lines), so no op can fail after one of them and before the last.
+    stores: dict[tuple[str, int], str] = {}
+    store_points = not unwind_watch.enabled()
+    run: list[tuple[str, int]] = []
+    high = 0
+
+    def end_run() -> None:
+        nonlocal high
+        if store_points and run:
+            point = points[run[-1]]
+            stores[run[-1]] = _store_point(cell, point, high)
+            high = point >> 8
+        run.clear()
+
     for index in range(len(trace.bound_symbols)):
         for kind, found in (("push", before.get(index, ())), ("pop", after.get(index, ()))):
+            if kind == "pop" and not cannot_raise(trace.bound_symbols[index]):
+                end_run()  # bound symbol `index` runs here, and may raise
             for number in found:
                 if plan.ranges[number].style == "StartEnd":
                     continue
@@ -150,6 +178,8 @@ def annotate_trace(
                     continue  # enter's push is point 0; exit's pop needs no point
                 points[(kind, number)] = len(open_after)
                 open_after.append(tuple(stack))
+                run.append((kind, number))
+    end_run()
     runtime = TraceRuntime(
         domain,
         list(groups.values()),
@@ -160,6 +190,7 @@ def annotate_trace(
             number: numbers[key_of(planned)] for number, planned in enumerate(plan.ranges) if planned.style == "StartEnd"
         },
         open_after=open_after,
+        located_by_interpreter=not store_points,
     )
     functions = runtime.initial_globals()
 
@@ -196,7 +227,7 @@ def annotate_trace(
             context = {group.start_name: functions[group.start_name], group.end_name: functions[group.end_name], **context}
             if number == 0:
                 starts[number] = bind_with_globals(
-                    _ENTER_START, (attr_name, quoted, enter_name, progress, cell, number),
+                    _ENTER_START, (attr_name, quoted, enter_name, progress, cell if store_points else "", number),
                     {enter_name: runtime.enter, attr_name: attributes, **context},
                 )  # fmt: skip
             else:
@@ -212,16 +243,16 @@ def annotate_trace(
         enclosing.append(planned.end)
         if number == 0:
             starts[number] = bind_with_globals(
-                _ENTER, (attr_name, quoted, enter_name, progress, cell),
+                _ENTER, (attr_name, quoted, enter_name, progress, cell if store_points else ""),
                 {enter_name: runtime.enter, attr_name: attributes, **context},
             )  # fmt: skip
         else:
-            args = (attr_name, quoted, group.push_name, domain_name, cell, points[("push", number)])
+            args = (attr_name, quoted, group.push_name, domain_name, stores.get(("push", number), ""))
             starts[number] = bind_with_globals(_PUSH, args, {attr_name: attributes, **context})
         if number == last:
-            ends[number] = bind_with_globals(_EXIT, (group.pop_name, domain_name, progress), context)
+            ends[number] = bind_with_globals(_EXIT, (group.pop_name, progress), context)
         else:
-            ends[number] = bind_with_globals(_POP, (group.pop_name, domain_name, cell, points[("pop", number)]), context)
+            ends[number] = bind_with_globals(_POP, (group.pop_name, stores.get(("pop", number), "")), context)
 
     new_bsyms: list[BoundSymbol] = []
     for index, bsym in enumerate(bsyms):

@@ -60,21 +60,24 @@ import itertools
 import os
 import sys
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
 from ..core.naming import DEFAULT_DOMAIN
 from ..selection.compile import Gate
+from . import unwind_watch
 
 # DEFAULT_DOMAIN lives in core.naming; it is named here too for callers of this module's API.
 __all__ = ["Domain", "TraceRuntime", "current_rank", "nvtx_domain", "DEFAULT_DOMAIN"]
 
-# C callables standing in for push(attributes, domain) and pop(domain) when a
+# C callables standing in for push(attributes, domain) and pop() when a
 # gate is closed or no tool is attached: no Python frame, no effect, no
-# allocation (an empty dict's `get` returns its default). Measured: ~90 ns a
-# push+pop pair, where `slice` (which allocates) took ~180 ns.
+# allocation (an empty dict's `get` returns its default; an empty list's
+# `clear` clears nothing). Measured: ~90 ns a push+pop pair, where `slice`
+# (which allocates) took ~180 ns.
 _SKIP_PUSH = {}.get
-_SKIP_POP = id
+_SKIP_POP = [].clear
 
 
 def _start_end(handle: Any) -> tuple[Any, Any]:
@@ -99,19 +102,22 @@ _SKIP_END = {}.get  # takes the (0, None) that _SKIP_START gave
 
 
 def _push_pop(handle: Any) -> tuple[Any, Any, Any]:
-    """(push, pop, domain argument) for the lines ``push(attributes, domain)`` and ``pop(domain)``.
+    """(push, pop, domain argument) for the lines ``push(attributes, domain)`` and ``pop()``.
 
     The nvtx package's module-level functions take the domain's C handle: one
     plain C call each, where the `Domain` methods also parse ``**kwargs`` and
     look the handle up (about 40% of a range's cost with a tool attached).
+    The pop has the handle bound (`functools.partial`, C too): its line
+    loads one global less, which matters more in a large trace than the
+    partial's few ns.
     """
     if not hasattr(handle, "handle"):  # nvtx's DummyDomain: no tool attached, nothing to emit
         return _SKIP_PUSH, _SKIP_POP, None
     try:
         from nvtx._lib.lib import pop_range, push_range
     except ImportError:  # another nvtx layout: slower, still correct
-        return (lambda attributes, _: handle.push_range(attributes)), (lambda _: handle.pop_range()), None
-    return push_range, pop_range, handle.handle
+        return (lambda attributes, _: handle.push_range(attributes)), handle.pop_range, None
+    return push_range, functools.partial(pop_range, handle.handle), handle.handle
 
 
 class Domain:
@@ -253,6 +259,7 @@ class TraceRuntime:
         progress_name: str,
         start_end_groups: dict[int, int] | None = None,
         open_after: list[tuple[int, ...]] = [],  # noqa: B006 (read only)
+        located_by_interpreter: bool = False,
     ) -> None:
         self.domain = domain  # the transform's own: calls in flight are kept per thread and this domain
         # Per push/pop point of the trace: the groups of the push/pop ranges open after it.
@@ -272,6 +279,10 @@ class TraceRuntime:
         self._open = {g.push_name: False for g in self._gated}
         self._live = self._live_flags()  # changes only when a gate opens or closes
         self._calls = itertools.count()
+        # Whether `unwind_watch` finds where a failed call stopped (the lines store no points),
+        # and the code object it watches (the generated function that calls `enter`).
+        self._located_by_interpreter = located_by_interpreter
+        self._code: Any = lambda: None  # weak reference: `unwind_watch` holds it by the code object
 
     def initial_globals(self) -> dict[str, Any]:
         """Globals the generated function starts with (gated groups start closed)."""
@@ -298,6 +309,11 @@ class TraceRuntime:
             _recover(calls)
         if self._gated:
             self._apply_gates(function_globals)
+        if self._located_by_interpreter:
+            code = sys._getframe(1).f_code
+            if code is not self._code():  # the first call of this generated function
+                self._code = weakref.ref(code)
+                unwind_watch.watch(code, self)
         progress = Progress()
         progress.runtime, progress.calls, progress.live, progress.at = self, calls, self._live, [0, 0]
         calls.append(progress)
@@ -350,10 +366,11 @@ def _recover(calls: list[Progress]) -> None:
         calls_of = runtime._calls_of
         live = progress.live
         low, high = progress.at
-        for group in runtime.open_after[high << 8 | low]:
+        point = high << 8 | low
+        # Past the last point: the call's last pop ran (see unwind_watch), nothing is open.
+        for group in runtime.open_after[point] if point < len(runtime.open_after) else ():
             if live[group]:
-                _, pop, argument = calls_of[group]
-                pop(argument)
+                calls_of[group][1]()
         if runtime.start_end_groups:  # a failed call must not leave a start/end range open forever
             groups = runtime.start_end_groups
             for number, started in progress.started.items():

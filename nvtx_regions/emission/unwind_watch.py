@@ -1,0 +1,172 @@
+"""Where a failed call of a transformed trace stopped, told by the interpreter
+(Python 3.12 and later), so that the trace's lines need no position stores.
+
+`sys.monitoring` reports ``PY_UNWIND`` when an exception leaves a Python frame,
+with the frame's code object and the offset of the instruction that raised.
+Python 3.12-3.14 offer it only as a global event: the callback runs once per
+frame that an exception leaves, anywhere in the process, and returns at once
+for code that is not a transformed trace (one dict lookup). Nothing runs while
+no exception leaves a frame, so a range costs its push and pop calls only.
+
+For a watched trace the callback turns the offset into the trace's *point*
+(how many push and pop lines the call had passed, see `runtime`) and writes it
+into the call's `Progress` (a local of the failing frame, read while the frame
+is still on the stack; nothing keeps the frame afterwards). A push or pop
+line counts as passed when the instruction that raised is on it or after it:
+nvtx's C calls and the runtime's no-ops do not raise, so an exception on such
+a line is an asynchronous one (a signal) arriving after its call returned.
+
+Where `sys.monitoring` is missing (Python 3.11) or all six tool ids are
+taken, `enabled()` is false and the trace records its points itself.
+"""
+
+from __future__ import annotations
+
+import atexit
+import bisect
+import dis
+import sys
+import threading
+import weakref
+from types import CodeType
+from typing import Any
+
+__all__ = ["enabled", "watch"]
+
+TOOL_NAME = "nvtx_regions"
+# Tried in this order; sys.monitoring reserves 0 (debugger), 1 (coverage), 2 (profiler), 5 (optimizer).
+_TOOL_IDS = (4, 3, 5, 2, 1, 0)
+
+_lock = threading.Lock()
+_state: dict[str, Any] = {"tool": None, "tried": False}
+# Watched code object -> a watcher per transform whose lines it holds (several transforms may
+# annotate one trace).
+_watched: weakref.WeakKeyDictionary[CodeType, list[_Watcher]] = weakref.WeakKeyDictionary()
+_watched_ids: set[int] = set()  # id() of each watched code object: the callback's first, cheap test
+
+
+def enabled() -> bool:
+    """Whether failed calls are located by `sys.monitoring` in this process (takes a tool id on first use)."""
+    if _state["tried"]:
+        return _state["tool"] is not None
+    with _lock:
+        if not _state["tried"]:
+            _state["tool"] = _take_tool_id()
+            _state["tried"] = True
+    return _state["tool"] is not None
+
+
+def _take_tool_id() -> int | None:
+    monitoring = getattr(sys, "monitoring", None)
+    if monitoring is None:
+        return None
+    for tool in _TOOL_IDS:
+        if monitoring.get_tool(tool) == TOOL_NAME:  # a reloaded copy of this module took it before
+            break
+        try:
+            monitoring.use_tool_id(tool, TOOL_NAME)
+        except ValueError:  # in use by another tool
+            continue
+        break
+    else:
+        return None
+    monitoring.register_callback(tool, monitoring.events.PY_UNWIND, _on_unwind)
+    monitoring.set_events(tool, monitoring.get_events(tool) | monitoring.events.PY_UNWIND)
+    # Before the interpreter tears modules down: frames still unwind then, and this one's globals go.
+    atexit.register(_stop, monitoring, tool)
+    return tool
+
+
+def _stop(monitoring: Any, tool: int) -> None:
+    monitoring.set_events(tool, 0)
+    monitoring.register_callback(tool, monitoring.events.PY_UNWIND, None)
+    monitoring.free_tool_id(tool)
+
+
+def watch(code: CodeType, runtime: Any) -> None:
+    """Locate failed calls of `code`, a generated trace function whose calls `runtime` runs.
+
+    Holds neither: the entry goes when `code` does (the runtime lives in the generated
+    function's globals, as long as `code`).
+    """
+    watchers = _watched.setdefault(code, [])
+    if any(watcher.runtime() is runtime for watcher in watchers):
+        return
+    watchers.append(_Watcher(weakref.ref(runtime)))
+    if len(watchers) == 1:
+        _watched_ids.add(id(code))
+        weakref.finalize(code, _watched_ids.discard, id(code))
+
+
+class _Watcher:
+    """One transform's ranges in one generated function; what it needs is worked out at the first failure."""
+
+    __slots__ = ("runtime", "lines", "points", "offsets", "line_at")
+
+    def __init__(self, runtime: weakref.ref) -> None:
+        self.runtime = runtime
+        self.lines: list[int] | None = None  # the lines that pass a point, in order
+        self.points: list[int] = []  # and their points
+        self.offsets: list[int] = []  # instruction offsets, in order
+        self.line_at: list[int] = []  # and their lines
+
+    def point_at(self, code: CodeType, runtime: Any, offset: int) -> int:
+        """The last point passed when the instruction at `offset` raised."""
+        if self.lines is None:
+            self.lines, self.points = _lines_and_points(code, runtime)
+            self.offsets, self.line_at = _line_of_offset(code)
+        found = bisect.bisect_right(self.offsets, offset)  # the instruction at or before `offset`
+        passed = bisect.bisect_right(self.lines, self.line_at[found - 1]) if found else 0
+        return self.points[passed - 1] if passed else 0
+
+
+def _on_unwind(code: CodeType, offset: int, exception: BaseException) -> None:
+    if id(code) not in _watched_ids:
+        return
+    try:
+        frame_locals = None
+        for watcher in _watched.get(code, ()):
+            runtime = watcher.runtime()
+            if runtime is None:
+                continue
+            if frame_locals is None:
+                frame_locals = sys._getframe(1).f_locals
+            progress = frame_locals.get(runtime.progress_name)
+            if progress is None or progress.runtime is not runtime:  # it raised before `enter` returned
+                continue
+            point = watcher.point_at(code, runtime, offset)
+            progress.at[0], progress.at[1] = point & 255, point >> 8
+    except Exception:  # noqa: BLE001 -- a monitoring callback must not raise into the user's exception
+        return
+
+
+def _lines_and_points(code: CodeType, runtime: Any) -> tuple[list[int], list[int]]:
+    """The lines of `code` that push or pop a range with a point, and their points, in order.
+
+    Found from the globals each line calls: `enter`'s line is point 0, then every
+    line that calls a group's push or pop global is the next point; the trace's
+    last pop (`exit`) comes after the last point, and passing it leaves nothing open.
+    """
+    names = {group.push_name for group in runtime.groups} | {group.pop_name for group in runtime.groups}
+    lines: list[int] = []
+    for instruction in dis.get_instructions(code):
+        if instruction.opname != "LOAD_GLOBAL":
+            continue
+        if instruction.argval == runtime.enter_name or instruction.argval in names:
+            line = instruction.positions.lineno if instruction.positions else None
+            if line is not None and (not lines or line > lines[-1]):
+                lines.append(line)
+    last = len(runtime.open_after) - 1
+    points = [min(n, last + 1) for n in range(len(lines))]
+    return lines, points
+
+
+def _line_of_offset(code: CodeType) -> tuple[list[int], list[int]]:
+    """(offsets, line of each): the instructions of `code` that have a line, in order."""
+    offsets: list[int] = []
+    lines: list[int] = []
+    for instruction in dis.get_instructions(code):
+        if instruction.positions and instruction.positions.lineno is not None:
+            offsets.append(instruction.offset)
+            lines.append(instruction.positions.lineno)
+    return offsets, lines
