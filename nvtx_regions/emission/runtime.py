@@ -3,31 +3,35 @@ recovery of the NVTX stack after an op raised.
 
 The per-range path pushes no Python frame. A push line in the trace reads
 
-    nvtx_regions_3_push_0(nvtx_regions_3_attr_17, nvtx_regions_3_domain); nvtx_regions_3_at[0] = 9  # "t5 = ltorch.linear(...)"
+    nvtx_regions_3_push_0(nvtx_regions_3_attr_17, nvtx_regions_3_domain)  # "t5 = ltorch.linear(...)"
 
-where the first three names are globals of the generated function: the nvtx
+where the three names are globals of the generated function: the nvtx
 package's C function ``push_range``, prebuilt `EventAttributes` with a
 registered string, and the domain's C handle. Pops read
-``nvtx_regions_3_pop_0(nvtx_regions_3_domain); nvtx_regions_3_at[0] = 10``.
-With no NVTX tool attached
-the nvtx package hands out a dummy domain, and push and pop are C no-ops
-(`nvtx_domain` says how a tool is recognised).
+``nvtx_regions_3_pop_0()``: nvtx's ``pop_range`` with the handle bound.
+With no NVTX tool attached the nvtx package hands out a dummy domain, and
+push and pop are C no-ops (`nvtx_domain` says how a tool is recognised).
 
-Recovery after an exception costs nothing per range until something raises:
-every push and pop line stores its *point* (its number among the trace's push
-and pop lines, fixed when the trace is rewritten) in the call's *position
-cell*, a two-item list that is a local of the generated function: the low
-byte in ``at[0]`` on every line, the rest in ``at[1]`` once every 256 points,
-each a specialized list store of a preallocated small int, no call (one
-distinct int constant per point missed the cache on every store in large
-traces: 8-layer nanoGPT ran slower with it than with the progress list). The runtime knows, per
-point, which push/pop ranges are open after it (`TraceRuntime.open_after`),
-so a call that raised leaves behind exactly how far it got, and what must be
-popped follows, without anyone keeping its frame (and with it the call's
-tensors) alive. This replaced a list of open ranges that every push appended
-to and every pop popped (two method calls per range, about 55-60 ns); it
-works the same on every Python version, so ``sys.monitoring`` (3.12+) is not
-needed for it.
+Recovery after an exception costs nothing per range until something raises.
+Every push and pop line has a *point* (its number among the trace's push and
+pop lines, fixed when the trace is rewritten), and the runtime knows, per
+point, which push/pop ranges are open after it (`TraceRuntime.open_after`).
+A call that raised leaves in its `Progress` the last point it passed, so what
+must be popped follows, without anyone keeping its frame (and with it the
+call's tensors) alive. Where that point comes from:
+- Python 3.12 and later: `unwind_watch`. ``sys.monitoring`` reports the
+  instruction where the exception left the generated function, and the point
+  follows from its line. The lines store nothing.
+- Python 3.11 (or when ``sys.monitoring`` has no free tool id): the lines
+  store it in the call's *position cell*, a two-item list that is a local of
+  the generated function, as ``...; nvtx_regions_3_at[0] = 9``: the low byte
+  in ``at[0]``, the rest in ``at[1]`` when it changes, each a specialized
+  list store of a preallocated small int, no call (one distinct int constant
+  per point missed the cache on every store in large traces). Only the last
+  line before an op that may raise stores (see `rewrite`), about one store
+  per range where every op has one.
+Both replaced a list of open ranges that every push appended to and every pop
+popped (two method calls per range, about 55-60 ns).
 
 A start/end range (a module call whose range crosses another: see
 `selection.plan`) reads ``nvtx_regions_3_open.started[5] = nvtx_regions_3_start_0(nvtx_regions_3_attr_5,
@@ -38,9 +42,9 @@ behind what must be ended too. (Start/end ranges are one per crossing module
 call, so this dict costs little.)
 
 The trace's first push (or start) is `TraceRuntime.enter`, a Python call once
-per call of the trace, which returns the call's `Progress` (the line also
-takes its position cell into a local). The last pop removes the call from
-this thread's calls in flight, with C calls only. So the trace gains exactly
+per call of the trace, which returns the call's `Progress` (where the lines
+store points, the line also takes its position cell into a local). The last
+pop removes the call from this thread's calls in flight, with C calls only. So the trace gains exactly
 two bound symbols per range. `enter`:
 - pops (and ends) the ranges that a previous call on this thread, of any trace with the
   same NVTX domain, left open when an op raised (the calls that never ended
@@ -49,8 +53,7 @@ two bound symbols per range. `enter`:
   thread and domain, not per trace;
 - for gated rules (``rank in <...>``, ``steps a..b``), decides which ranges are
   on for this call and swaps the push/pop globals between nvtx's functions
-  and C-level no-ops. A gated-off range costs one call of a C builtin, plus
-  its point store.
+  and C-level no-ops. A gated-off range costs two calls of C builtins.
 """
 
 from __future__ import annotations
@@ -222,8 +225,9 @@ class Progress:
     # id, domain handle), what `end` takes (set only in traces that have start/end ranges).
     started: dict[int, Any]
     # The position cell: ``at[1] * 256 + at[0]`` is the last push or pop point the
-    # call passed (`TraceRuntime.open_after`); the lines store only ints 0-255 (see
-    # `rewrite`). The generated function keeps it in a local too.
+    # call passed (`TraceRuntime.open_after`), written by `unwind_watch` when the
+    # call raised, or else by the lines as they pass (only ints 0-255, see `rewrite`;
+    # the generated function then keeps it in a local too).
     at: list[int]
 
 
