@@ -160,3 +160,22 @@ def test_benchmark_smoke(tmp_path):
     if not no_tool:
         checks = {k: v for k, v in summary.items() if isinstance(v, bool)}
         assert checks and all(checks.values()), checks
+    # The same report again from the raw numbers, nothing measured.
+    again = subprocess.run([sys.executable, str(REPO / "benchmarks" / "run.py"), "--from-json", str(out)],
+                           cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and again.stdout == text, again.stderr[-4000:]
+
+
+def test_footprint_smoke():
+    """`benchmarks/footprint.py` builds each changed copy and reports a finite ratio for each (no timing checked)."""
+    from nvtx_regions.testing import unavailable_reason
+
+    if unavailable_reason():
+        pytest.skip(unavailable_reason())
+    argv = [sys.executable, str(REPO / "benchmarks" / "footprint.py"), "--layers", "0", "--rounds", "2"]
+    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rows = [line.split("|")[1:4] for line in proc.stdout.splitlines() if line.startswith("| ") and "---" not in line]
+    labels = [row[0].strip() for row in rows[1:]]
+    assert labels[0] == "the real calls" and len(labels) == 6, labels
+    assert all(math.isfinite(float(row[2])) for row in rows[1:]), rows

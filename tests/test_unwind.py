@@ -122,3 +122,20 @@ def test_a_call_that_fails_after_hundreds_of_points_pops_exactly_what_it_pushed(
     assert [c.message for c in failed.children[-1:]] == ["late"]
     assert len(failed.children[-1].children) == 1 and "embedding" in failed.children[-1].children[0].message
     assert len(failed.children) == len(good.children)
+
+
+@pytest.mark.parametrize(("value", "expected"), [("0", "False"), ("1", str(HAS_MONITORING)), ("no", "ValueError")])
+def test_the_environment_switch_turns_sys_monitoring_off_and_refuses_other_values(value, expected):
+    import os
+    import subprocess
+
+    code = (
+        "from nvtx_regions.emission import unwind_watch\n"
+        "try:\n    print(unwind_watch.enabled())\n"
+        "except ValueError as e:\n    print('ValueError', e)\n"
+    )
+    env = {**os.environ, unwind_watch.ENV_SWITCH: value}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120).stdout
+    assert out.split()[0] == expected, out
+    if expected == "ValueError":
+        assert "set it to 0" in out and "'no'" in out

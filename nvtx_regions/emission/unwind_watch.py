@@ -17,7 +17,9 @@ nvtx's C calls and the runtime's no-ops do not raise, so an exception on such
 a line is an asynchronous one (a signal) arriving after its call returned.
 
 Where `sys.monitoring` is missing (Python 3.11) or all six tool ids are
-taken, `enabled()` is false and the trace records its points itself.
+taken, or ``NVTX_REGIONS_SYS_MONITORING=0`` is set (for a debugger or
+coverage tool that wants every id, or to compare the two paths), `enabled()`
+is false and the trace records its points itself.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import atexit
 import bisect
 import dis
+import os
 import sys
 import threading
 import weakref
@@ -34,6 +37,7 @@ from typing import Any
 __all__ = ["enabled", "watch"]
 
 TOOL_NAME = "nvtx_regions"
+ENV_SWITCH = "NVTX_REGIONS_SYS_MONITORING"  # "0": do not use sys.monitoring; "1" (default): use it where it exists
 # Tried in this order; sys.monitoring reserves 0 (debugger), 1 (coverage), 2 (profiler), 5 (optimizer).
 _TOOL_IDS = (4, 3, 5, 2, 1, 0)
 
@@ -57,8 +61,11 @@ def enabled() -> bool:
 
 
 def _take_tool_id() -> int | None:
+    switch = os.environ.get(ENV_SWITCH, "1")
+    if switch not in ("0", "1"):
+        raise ValueError(f"${ENV_SWITCH} is {switch!r}; set it to 0 (the trace records its points) or 1 (the default)")
     monitoring = getattr(sys, "monitoring", None)
-    if monitoring is None:
+    if monitoring is None or switch == "0":
         return None
     for tool in _TOOL_IDS:
         if monitoring.get_tool(tool) == TOOL_NAME:  # a reloaded copy of this module took it before
