@@ -66,20 +66,19 @@ def _store_point(cell: str, point: int, high: int) -> str:
 _PUSH = _operator("nvtx_regions_push", lambda a: f"{a[2]}({a[0]}, {a[3]}){_then(a[4])}  # {a[1]}")
 # Arguments: (pop, store); the pop has its domain bound (see runtime).
 _POP = _operator("nvtx_regions_pop", lambda a: f"{a[0]}(){_then(a[1])}")
-# The trace's first push: (attributes, message as JSON, enter, progress, cell: "" when the trace stores no points).
-_ENTER = _operator(
-    "nvtx_regions_push_enter", lambda a: f"{a[3]} = {a[2]}(globals(), {a[0]}){_then(a[4] and f'{a[4]} = {a[3]}.at')}  # {a[1]}"
-)
+# The trace's first push: (attributes, message as JSON, enter, progress, the statement that takes
+# the position cell into a local: "" when the trace stores no points).
+_ENTER = _operator("nvtx_regions_push_enter", lambda a: f"{a[3]} = {a[2]}(globals(), {a[0]}){_then(a[4])}  # {a[1]}")
 # The trace's last pop: (pop, progress).
 _EXIT = _operator("nvtx_regions_pop_exit", lambda a: f"{a[0]}(); {a[1]}.calls.remove({a[1]})")
 # Start/end ranges: (attributes, message as JSON, start, domain, progress, range number).
 _START = _operator("nvtx_regions_start", lambda a: f"{a[4]}.started[{a[5]}] = {a[2]}({a[0]}, {a[3]})  # {a[1]}")
 # (end, progress, range number); `started` holds end's arguments (see runtime).
 _END = _operator("nvtx_regions_end", lambda a: f"{a[0]}(*{a[1]}.started.pop({a[2]}))")
-# The trace's first range, a start/end one: (attributes, message as JSON, enter, progress, cell, range number).
+# The trace's first range, a start/end one: (attributes, message as JSON, enter, progress,
+# as _ENTER's, range number).
 _ENTER_START = _operator(
-    "nvtx_regions_start_enter",
-    lambda a: f"{a[3]} = {a[2]}(globals(), {a[0]}, {a[5]}){_then(a[4] and f'{a[4]} = {a[3]}.at')}  # {a[1]}",
+    "nvtx_regions_start_enter", lambda a: f"{a[3]} = {a[2]}(globals(), {a[0]}, {a[5]}){_then(a[4])}  # {a[1]}"
 )
 # The trace's last end: (end, progress, range number).
 _EXIT_END = _operator(
@@ -152,12 +151,13 @@ def annotate_trace(
     # and ``del`` lines), so no op can fail after one of them and before the last.
     stores: dict[tuple[str, int], str] = {}
     store_points = not unwind_watch.enabled()
+    take_cell = f"{cell} = {progress}.at" if store_points else ""
     run: list[tuple[str, int]] = []
     high = 0
 
     def end_run() -> None:
         nonlocal high
-        if store_points and run:
+        if run:
             point = points[run[-1]]
             stores[run[-1]] = _store_point(cell, point, high)
             high = point >> 8
@@ -165,7 +165,7 @@ def annotate_trace(
 
     for index in range(len(trace.bound_symbols)):
         for kind, found in (("push", before.get(index, ())), ("pop", after.get(index, ()))):
-            if kind == "pop" and not cannot_raise(trace.bound_symbols[index]):
+            if store_points and kind == "pop" and not cannot_raise(trace.bound_symbols[index]):
                 end_run()  # bound symbol `index` runs here, and may raise
             for number in found:
                 if plan.ranges[number].style == "StartEnd":
@@ -175,11 +175,14 @@ def annotate_trace(
                 else:
                     stack.pop()
                 if (kind == "push" and number == 0) or (kind == "pop" and number == last):
-                    continue  # enter's push is point 0; exit's pop needs no point
+                    continue  # enter's push is point 0; exit's pop is the last point, below
                 points[(kind, number)] = len(open_after)
                 open_after.append(tuple(stack))
-                run.append((kind, number))
+                if store_points:
+                    run.append((kind, number))
     end_run()
+    # Past the exit's pop nothing is open: the point `unwind_watch` gives for its line.
+    open_after.append(())
     runtime = TraceRuntime(
         domain,
         list(groups.values()),
@@ -227,7 +230,7 @@ def annotate_trace(
             context = {group.start_name: functions[group.start_name], group.end_name: functions[group.end_name], **context}
             if number == 0:
                 starts[number] = bind_with_globals(
-                    _ENTER_START, (attr_name, quoted, enter_name, progress, cell if store_points else "", number),
+                    _ENTER_START, (attr_name, quoted, enter_name, progress, take_cell, number),
                     {enter_name: runtime.enter, attr_name: attributes, **context},
                 )  # fmt: skip
             else:
@@ -243,7 +246,7 @@ def annotate_trace(
         enclosing.append(planned.end)
         if number == 0:
             starts[number] = bind_with_globals(
-                _ENTER, (attr_name, quoted, enter_name, progress, cell if store_points else ""),
+                _ENTER, (attr_name, quoted, enter_name, progress, take_cell),
                 {enter_name: runtime.enter, attr_name: attributes, **context},
             )  # fmt: skip
         else:

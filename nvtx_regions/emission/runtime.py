@@ -63,7 +63,6 @@ import itertools
 import os
 import sys
 import threading
-import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -284,9 +283,9 @@ class TraceRuntime:
         self._live = self._live_flags()  # changes only when a gate opens or closes
         self._calls = itertools.count()
         # Whether `unwind_watch` finds where a failed call stopped (the lines store no points),
-        # and the code object it watches (the generated function that calls `enter`).
+        # and the code object it last watched for it (the generated function that calls `enter`).
         self._located_by_interpreter = located_by_interpreter
-        self._code: Any = lambda: None  # weak reference: `unwind_watch` holds it by the code object
+        self._code: Any = None
 
     def initial_globals(self) -> dict[str, Any]:
         """Globals the generated function starts with (gated groups start closed)."""
@@ -315,8 +314,8 @@ class TraceRuntime:
             self._apply_gates(function_globals)
         if self._located_by_interpreter:
             code = sys._getframe(1).f_code
-            if code is not self._code():  # the first call of this generated function
-                self._code = weakref.ref(code)
+            if code is not self._code:  # the first call of this generated function
+                self._code = code
                 unwind_watch.watch(code, self)
         progress = Progress()
         progress.runtime, progress.calls, progress.live, progress.at = self, calls, self._live, [0, 0]
@@ -370,9 +369,7 @@ def _recover(calls: list[Progress]) -> None:
         calls_of = runtime._calls_of
         live = progress.live
         low, high = progress.at
-        point = high << 8 | low
-        # Past the last point: the call's last pop ran (see unwind_watch), nothing is open.
-        for group in runtime.open_after[point] if point < len(runtime.open_after) else ():
+        for group in runtime.open_after[high << 8 | low]:
             if live[group]:
                 calls_of[group][1]()
         if runtime.start_end_groups:  # a failed call must not leave a start/end range open forever

@@ -43,10 +43,10 @@ _TOOL_IDS = (4, 3, 5, 2, 1, 0)
 
 _lock = threading.Lock()
 _state: dict[str, Any] = {"tool": None, "tried": False}
-# Watched code object -> a watcher per transform whose lines it holds (several transforms may
-# annotate one trace).
-_watched: weakref.WeakKeyDictionary[CodeType, list[_Watcher]] = weakref.WeakKeyDictionary()
-_watched_ids: set[int] = set()  # id() of each watched code object: the callback's first, cheap test
+# id() of a watched code object -> (a weak reference to it, a watcher per transform whose lines
+# it holds: several transforms may annotate one trace). Keyed by id() so that the callback's test,
+# for the frames of all other code, is one dict lookup; an entry goes when its code object does.
+_watched: dict[int, tuple[weakref.ref, list[_Watcher]]] = {}
 
 
 def enabled() -> bool:
@@ -96,43 +96,48 @@ def watch(code: CodeType, runtime: Any) -> None:
     Holds neither: the entry goes when `code` does (the runtime lives in the generated
     function's globals, as long as `code`).
     """
-    watchers = _watched.setdefault(code, [])
-    if any(watcher.runtime() is runtime for watcher in watchers):
-        return
-    watchers.append(_Watcher(weakref.ref(runtime)))
-    if len(watchers) == 1:
-        _watched_ids.add(id(code))
-        weakref.finalize(code, _watched_ids.discard, id(code))
+    key = id(code)
+    entry = _watched.get(key)
+    if entry is None or entry[0]() is not code:
+        entry = _watched[key] = (weakref.ref(code, lambda ref: _forget(key, ref)), [])
+    watchers = entry[1]
+    if not any(watcher.runtime() is runtime for watcher in watchers):
+        watchers.append(_Watcher(weakref.ref(runtime)))
+
+
+def _forget(key: int, ref: weakref.ref) -> None:
+    entry = _watched.get(key)
+    if entry is not None and entry[0] is ref:
+        del _watched[key]
 
 
 class _Watcher:
     """One transform's ranges in one generated function; what it needs is worked out at the first failure."""
 
-    __slots__ = ("runtime", "lines", "points", "offsets", "line_at")
+    __slots__ = ("runtime", "offsets", "line_at", "point_lines")
 
     def __init__(self, runtime: weakref.ref) -> None:
         self.runtime = runtime
-        self.lines: list[int] | None = None  # the lines that pass a point, in order
-        self.points: list[int] = []  # and their points
         self.offsets: list[int] = []  # instruction offsets, in order
         self.line_at: list[int] = []  # and their lines
+        self.point_lines: list[int] | None = None  # line of point 0, 1, 2, ...
 
     def point_at(self, code: CodeType, runtime: Any, offset: int) -> int:
         """The last point passed when the instruction at `offset` raised."""
-        if self.lines is None:
-            self.lines, self.points = _lines_and_points(code, runtime)
-            self.offsets, self.line_at = _line_of_offset(code)
+        if self.point_lines is None:
+            self.offsets, self.line_at, self.point_lines = _lines(code, runtime)
         found = bisect.bisect_right(self.offsets, offset)  # the instruction at or before `offset`
-        passed = bisect.bisect_right(self.lines, self.line_at[found - 1]) if found else 0
-        return self.points[passed - 1] if passed else 0
+        passed = bisect.bisect_right(self.point_lines, self.line_at[found - 1]) if found else 0
+        return max(passed - 1, 0)
 
 
 def _on_unwind(code: CodeType, offset: int, exception: BaseException) -> None:
-    if id(code) not in _watched_ids:
+    entry = _watched.get(id(code))
+    if entry is None or entry[0]() is not code:
         return
     try:
         frame_locals = None
-        for watcher in _watched.get(code, ()):
+        for watcher in entry[1]:
             runtime = watcher.runtime()
             if runtime is None:
                 continue
@@ -147,33 +152,24 @@ def _on_unwind(code: CodeType, offset: int, exception: BaseException) -> None:
         return
 
 
-def _lines_and_points(code: CodeType, runtime: Any) -> tuple[list[int], list[int]]:
-    """The lines of `code` that push or pop a range with a point, and their points, in order.
+def _lines(code: CodeType, runtime: Any) -> tuple[list[int], list[int], list[int]]:
+    """The instructions of `code` that have a line (offsets, and the line of each), in order,
+    and the line of each of `runtime`'s points.
 
-    Found from the globals each line calls: `enter`'s line is point 0, then every
-    line that calls a group's push or pop global is the next point; the trace's
-    last pop (`exit`) comes after the last point, and passing it leaves nothing open.
+    A point's line is found from the global it calls: `enter`'s line is point 0, then
+    every line that calls a group's push or pop global is the next point, up to the
+    trace's last pop (`exit`), past which nothing is open (`TraceRuntime.open_after`).
     """
-    names = {group.push_name for group in runtime.groups} | {group.pop_name for group in runtime.groups}
-    lines: list[int] = []
-    for instruction in dis.get_instructions(code):
-        if instruction.opname != "LOAD_GLOBAL":
-            continue
-        if instruction.argval == runtime.enter_name or instruction.argval in names:
-            line = instruction.positions.lineno if instruction.positions else None
-            if line is not None and (not lines or line > lines[-1]):
-                lines.append(line)
-    last = len(runtime.open_after) - 1
-    points = [min(n, last + 1) for n in range(len(lines))]
-    return lines, points
-
-
-def _line_of_offset(code: CodeType) -> tuple[list[int], list[int]]:
-    """(offsets, line of each): the instructions of `code` that have a line, in order."""
+    names = {runtime.enter_name} | {group.push_name for group in runtime.groups} | {group.pop_name for group in runtime.groups}
     offsets: list[int] = []
-    lines: list[int] = []
+    line_at: list[int] = []
+    point_lines: list[int] = []
     for instruction in dis.get_instructions(code):
-        if instruction.positions and instruction.positions.lineno is not None:
-            offsets.append(instruction.offset)
-            lines.append(instruction.positions.lineno)
-    return offsets, lines
+        line = instruction.positions.lineno if instruction.positions else None
+        if line is None:
+            continue
+        offsets.append(instruction.offset)
+        line_at.append(line)
+        if instruction.opname == "LOAD_GLOBAL" and instruction.argval in names and (not point_lines or line > point_lines[-1]):
+            point_lines.append(line)
+    return offsets, line_at, point_lines
