@@ -164,39 +164,3 @@ def test_a_region_that_crosses_a_call_stays_push_pop_and_two_regions_still_raise
     )  # fmt: skip
     with pytest.raises(SelectorError, match=r"rule 'r1: .* and rule 'r2: .* overlap without nesting"):
         model(*inputs())
-
-
-class LateLookup(torch.nn.Module):
-    """150 linears, then an embedding of ``idx`` that depends on them (so it stays last):
-    an index of 16 or more raises there, after hundreds of ranges."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.layers = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(150))
-        self.emb = torch.nn.Embedding(16, 8)
-
-    def forward(self, x, idx):
-        for layer in self.layers:
-            x = torch.tanh(layer(x))
-        return x.sum() + self.emb(idx + (x.sum() > 1e9).long()).sum()
-
-
-def test_a_call_that_fails_after_many_points_pops_what_it_pushed(nvtx_capture):
-    """The position cell keeps a point's low byte and its high part apart (emission/rewrite.py):
-    the call raises after point 256, inside two regions and the failing op's own range."""
-    torch.manual_seed(0)
-    spec = "all\nr: between first(all)..last(all) and forward\nlate: between first(op in <embedding>)..last(all) and forward"
-    transform = NvtxProfileTransform(spec, domain="se_late")
-    model = thunder.jit(LateLookup(), transforms=[transform])
-    x, idx = inputs()
-    model(x, idx).backward()
-    assert transform.reports[0].ranges * 2 > 300  # the failing op comes after point 256
-    with nvtx_capture() as events:
-        with pytest.raises(IndexError):
-            model(x, idx + 99)
-        model(x, idx).backward()
-    ours = [e for e in events if e.domain == "se_late"]
-    check_balanced(ours)
-    roots = range_tree(ours)[threading.get_native_id()]
-    assert roots[0].message == "r" and roots[0].end_ns is not None  # the failed call's region, popped
-    assert roots[0].end_ns <= next(r for r in roots[1:] if r.message == "r").start_ns
