@@ -1,6 +1,6 @@
 """Benchmark nvtx_regions against thunder's own NVTX transform, on CPU.
 
-    .venv/bin/python benchmarks/run.py            # full run, ~8 min on 2 cores
+    .venv/bin/python benchmarks/run.py            # full run, ~5 min on 2 cores
     .venv/bin/python benchmarks/run.py --smoke    # every section, 0 layers, < 1 min
     .venv/bin/python benchmarks/run.py --json results.json
     .venv/bin/python benchmarks/run.py --from-json results.json   # the report again, nothing measured
