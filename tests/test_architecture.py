@@ -20,13 +20,14 @@ PACKAGE = Path(__file__).resolve().parents[1] / "nvtx_regions"
 # `capture` is independent of thunder and the language; `commands` is the top.
 ALLOWED: dict[str, set[str]] = {
     "core": set(),
+    "internals": {"core"},
     "language": {"core"},
-    "attribution": {"core"},
-    "selection": {"core", "language", "attribution"},
-    "emission": {"core", "language", "attribution", "selection"},
+    "attribution": {"core", "internals"},
+    "selection": {"core", "language", "attribution", "internals"},
+    "emission": {"core", "language", "attribution", "selection", "internals"},
     "capture": {"core"},
-    "report": {"core", "language", "attribution", "selection", "emission", "capture"},
-    "commands": {"core", "language", "attribution", "selection", "emission", "capture", "report"},
+    "report": {"core", "language", "attribution", "selection", "emission", "capture", "internals"},
+    "commands": {"core", "language", "attribution", "selection", "emission", "capture", "report", "internals"},
     "testing": {"core", "capture"},
 }
 # The public entry points at the top of the package may import anything.

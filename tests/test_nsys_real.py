@@ -30,7 +30,7 @@ from nvtx_regions import parse
 from nvtx_regions.capture.chrome import RangeRecord, iter_items, write_chrome_trace
 from nvtx_regions.capture.summary import summarize
 from nvtx_regions.commands.nsys import nsys_command
-from nvtx_regions.commands.report import load_records, module_rows
+from nvtx_regions.report.records import load_records, module_rows
 from nvtx_regions.language.parse import load
 from nvtx_regions.report.compare import compare
 from nvtx_regions.testing import capture_subprocess, unavailable_reason

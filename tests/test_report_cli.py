@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from nvtx_regions.commands.report import load_records, module_rows, render_modules
+from nvtx_regions.report.records import load_records, module_rows, render_modules
 
 ROOT = Path(__file__).resolve().parents[1]
 

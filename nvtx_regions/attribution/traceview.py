@@ -16,7 +16,7 @@ from ..core.bits import bit_positions
 from ..core.calls import common_chain
 from ..core.markers import MarkerLog, MarkerStack, common_markers
 from .module_calls import backward_origins, forward_chains, parameter_only
-from .thunder_internals import (
+from ..internals.thunder import (
     cotangent_names,
     parameter_names,
     recorded_chain,

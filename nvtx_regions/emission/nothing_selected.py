@@ -15,7 +15,7 @@ import sys
 import weakref
 from typing import Any
 
-from ..attribution.thunder_internals import backward_follows, is_thunderfx_subgraph
+from ..internals.thunder import backward_follows, is_thunderfx_subgraph
 from ..attribution.traceview import TraceView
 from ..core.errors import SelectorError
 from ..selection.compile import CompiledSpec

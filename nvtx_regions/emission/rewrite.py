@@ -22,7 +22,7 @@ from thunder.core.prims import OpTags
 from thunder.core.symbol import BoundSymbol, Symbol
 from thunder.core.trace import TraceCtx, from_trace
 
-from ..attribution.thunder_internals import bind_with_globals, cannot_raise
+from ..internals.thunder import bind_with_globals, cannot_raise
 from ..core.markers import RECORD_FUNCTION
 from ..core.naming import rule_category, rule_color
 from ..selection.compile import CompiledSpec

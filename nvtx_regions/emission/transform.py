@@ -24,7 +24,7 @@ from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx, TraceProvenance, TraceTag
 from thunder.core.transform_common import Transform
 
-from ..attribution.thunder_internals import ignored_jit_keyword, install_module_recorder
+from ..internals.thunder import ignored_jit_keyword, install_module_recorder
 from ..attribution.traceview import TraceView, one_line
 from ..core.calls import chain_message
 from ..core.errors import NvtxRegionsWarning, SelectorError

@@ -28,7 +28,7 @@ from typing import Any
 
 from ..capture.chrome import TraceInput, complete_events, to_chrome_trace
 from ..capture.chrome import write_chrome_trace as write_trace
-from ..capture.nsys_report import REPORT_SUFFIXES, read_report
+from .nsys_report import REPORT_SUFFIXES, read_report
 
 __all__ = ["CompareRow", "compare", "load_ranges", "render_table", "write_chrome_trace", "chrome_trace"]
 
@@ -58,7 +58,7 @@ def load_ranges(source: TraceInput, *, domain: str | None = _ANY) -> list[tuple[
 
     `domain` keeps only that domain's ranges (None: NVTX's default domain).
     An Nsight Systems report (``.nsys-rep``, or its ``.sqlite`` export) is
-    read with `capture.nsys_report.read_report`.
+    read with `report.nsys_report.read_report`.
     Raises `CaptureFileError` for a file that is missing or not a Chrome
     trace or an nsys report, naming the event for one that is not a
     well-formed range (`nvtx_regions.capture.chrome.complete_events`).

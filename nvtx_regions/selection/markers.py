@@ -105,7 +105,7 @@ class EachMarkerSelector:
 def crossing_fusions(view: TraceView, marker: Marker) -> list[int]:
     """Positions of the fusions that hold ops recorded inside `marker` and ops outside it
     (so they are outside its range)."""
-    from ..attribution.thunder_internals import recorded_markers
+    from ..internals.thunder import recorded_markers
 
     found = []
     for position, (op, stack) in enumerate(zip(view.ops, view.marker_stacks)):

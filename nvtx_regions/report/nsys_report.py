@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import CaptureFileError
-from .chrome import RangeRecord
+from ..capture.chrome import RangeRecord
 
 __all__ = ["NsysReport", "read_report", "export_sqlite", "REPORT_SUFFIXES"]
 
