@@ -73,7 +73,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from nvtx_regions.capture.directory import write_directory_trace
-    from nvtx_regions.testing import build_tool
+    from nvtx_regions.capture import build_tool
 
     tool = build_tool()
     setups = ("no tool", "count", "stream")

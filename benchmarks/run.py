@@ -61,7 +61,7 @@ def machine() -> dict:
 
 
 def run_workers(args: argparse.Namespace, layers: str) -> dict[str, dict]:
-    from nvtx_regions.testing import build_tool
+    from nvtx_regions.capture import build_tool
 
     tool = str(build_tool())
     # A tool set here (e.g. by the test session's capture plugin) must not reach the plain worker.

@@ -37,7 +37,8 @@ def run(out: Path, steps: int) -> str:
     import torch
 
     from nvtx_regions import NvtxProfileTransform
-    from nvtx_regions.compare import compare, render_table, write_chrome_trace
+    from nvtx_regions.capture import write_chrome_trace
+    from nvtx_regions.report.compare import compare, render_table
     from nvtx_regions.eager import annotate
     from nvtx_regions.testing import capture, check_balanced
 
@@ -64,8 +65,8 @@ def run(out: Path, steps: int) -> str:
             step(thunder_model, thunder_events)
 
     out.mkdir(parents=True, exist_ok=True)
-    write_chrome_trace(out / "eager.json", eager_events)
-    write_chrome_trace(out / "thunder.json", thunder_events)
+    write_chrome_trace(eager_events, out / "eager.json")
+    write_chrome_trace(thunder_events, out / "thunder.json")
     return render_table(compare(out / "eager.json", out / "thunder.json"), "eager", "thunder")
 
 

@@ -5,45 +5,56 @@
     jm = thunder.jit(model, transforms=[NvtxProfileTransform(select="op in <linear, nvFusion*>")])
 
 `parse`, `load` and `render` work without importing thunder or torch;
-`NvtxProfileTransform` and `explain` import thunder on first use.
+`NvtxProfileTransform`, `TraceReport` and `explain` import thunder on first
+use. `compare(a, b)` puts two captures side by side per range name
+(`nvtx_regions.report.compare`, which also has `render_table` for its rows).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .selection.compile import RegionOrderError
-from .core.errors import NvtxRegionsWarning, SelectorError, SelectorSyntaxError
+from .core.errors import CaptureFileError, NotRunYetError, NvtxRegionsWarning, SelectorError, SelectorSyntaxError
 from .language.parse import load, parse
 from .language.tree import render
+from .selection.compile import RegionOrderError
 
 if TYPE_CHECKING:
+    from .emission.transform import NvtxProfileTransform, TraceReport
+    from .report.compare import compare
     from .report.explanation import explain
-    from .emission.transform import NvtxProfileTransform
 
 __all__ = [
     "NvtxProfileTransform",
+    "TraceReport",
     "explain",
+    "compare",
     "parse",
     "load",
     "render",
     "SelectorError",
     "SelectorSyntaxError",
     "RegionOrderError",
+    "NotRunYetError",
+    "CaptureFileError",
     "NvtxRegionsWarning",
 ]
 
+# Imported on first use: thunder takes seconds to import, and only these need it
+# (compare needs no thunder, but reads nsys reports through sqlite3).
+_LAZY = {
+    "NvtxProfileTransform": ".emission.transform",
+    "TraceReport": ".emission.transform",
+    "explain": ".report.explanation",
+    "compare": ".report.compare",
+}
+
 
 def __getattr__(name: str) -> Any:
-    # Thunder takes seconds to import; only the transform needs it.
-    if name == "NvtxProfileTransform":
-        from .emission.transform import NvtxProfileTransform
+    if name in _LAZY:
+        import importlib
 
-        return NvtxProfileTransform
-    if name == "explain":
-        from .report.explanation import explain
-
-        return explain
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
     raise AttributeError(f"module 'nvtx_regions' has no attribute {name!r}")
 
 

@@ -16,18 +16,16 @@ from pathlib import Path
 
 import pytest
 
+import nvtx_regions.capture
+import nvtx_regions.testing
+from nvtx_regions.capture import CapturedProcessFailed, CaptureNotAttached, CaptureUnavailable, build_tool, is_balanced
 from nvtx_regions.testing import (
-    CapturedProcessFailed,
-    CaptureNotAttached,
-    CaptureUnavailable,
     NvtxEvent,
     UnbalancedRanges,
     balance_problems,
-    build_tool,
     capture_subprocess,
     check_balanced,
     flatten,
-    is_balanced,
     range_tree,
     start_end_ranges,
     unavailable_reason,
@@ -423,7 +421,8 @@ def test_torchrun_workers_are_captured_per_rank(tool, tmp_path):
 
 IN_PROCESS_SCRIPT = """
 import json, nvtx
-from nvtx_regions.testing import attach, capture, is_attached
+from nvtx_regions.testing import attach, capture
+from nvtx_regions.capture import is_attached
 attach()
 assert is_attached()
 nvtx.push_range("before"); nvtx.pop_range()
@@ -471,7 +470,8 @@ def test_in_process_count_mode(tool):
 def test_capture_without_attach_raises(tool):
     out = _run_python(
         """
-        from nvtx_regions.testing import capture, CaptureNotAttached
+        from nvtx_regions.testing import capture
+        from nvtx_regions.capture import CaptureNotAttached
         try:
             with capture():
                 pass
@@ -488,7 +488,8 @@ def test_attach_after_first_nvtx_call_raises(tool):
         """
         import nvtx
         nvtx.push_range("too early"); nvtx.pop_range()
-        from nvtx_regions.testing import attach, CaptureNotAttached
+        from nvtx_regions.testing import attach
+        from nvtx_regions.capture import CaptureNotAttached
         try:
             attach()
         except CaptureNotAttached as e:
@@ -582,7 +583,7 @@ def test_failing_compiler_output_is_reported(monkeypatch, tmp_path):
 
 def test_concurrent_builds_share_one_cached_library(tool, tmp_path, monkeypatch):
     cache = tmp_path / "cache"
-    code = "from nvtx_regions.testing import build_tool; print(build_tool())"
+    code = "from nvtx_regions.capture import build_tool; print(build_tool())"
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", code],
@@ -648,3 +649,15 @@ def test_balance_problems_on_start_end():
 
 def test_capture_not_attached_is_runtime_error():
     assert issubclass(CaptureNotAttached, RuntimeError) and issubclass(CaptureUnavailable, RuntimeError)
+
+
+def test_testing_is_a_small_face_of_capture():
+    # What a test needs, nothing more; every name is capture's own object, and capture has the rest.
+    testing, capture_package = nvtx_regions.testing, nvtx_regions.capture
+    assert sorted(testing.__all__) == [
+        "NvtxEvent", "Range", "UnbalancedRanges", "attach", "balance_problems", "capture", "capture_subprocess",
+        "check_balanced", "flatten", "range_tree", "start_end_ranges", "unavailable_reason",
+    ]  # fmt: skip
+    assert [n for n in testing.__all__ if getattr(testing, n) is not getattr(capture_package, n)] == []
+    assert {"CaptureResult", "ProcessCapture", "build_tool", "summarize", "to_chrome_trace"} <= set(capture_package.__all__)
+    assert [n for n in capture_package.__all__ if not hasattr(capture_package, n)] == []

@@ -19,7 +19,9 @@ from pathlib import Path
 import pytest
 from test_chrome_trace import read_chrome_trace
 
-from nvtx_regions.testing import ProcessCapture, load_chrome_trace, summarize, unavailable_reason
+from nvtx_regions.capture import ProcessCapture, summarize
+from nvtx_regions.report.chrome_trace import load_chrome_trace
+from nvtx_regions.testing import unavailable_reason
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(bool(unavailable_reason()), reason=f"capture tool unavailable: {unavailable_reason()}")

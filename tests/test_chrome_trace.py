@@ -16,16 +16,9 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from nvtx_regions.testing import (
-    NvtxEvent,
-    RangeRecord,
-    capture_subprocess,
-    load_chrome_trace,
-    summarize,
-    to_chrome_trace,
-    unavailable_reason,
-    write_chrome_trace,
-)
+from nvtx_regions.capture import NvtxEvent, RangeRecord, summarize, to_chrome_trace, write_chrome_trace
+from nvtx_regions.report.chrome_trace import load_chrome_trace
+from nvtx_regions.testing import capture_subprocess, unavailable_reason
 
 
 def read_chrome_trace(data: dict) -> dict:
@@ -236,7 +229,7 @@ def test_real_start_end_ranges_that_overlap(tmp_path):
     """nvtxDomainRangeStartEx/End (the nvtx package's start_range/end_range) captured: two
     overlapping start/end ranges and a push/pop between them, in the events, the Chrome
     trace (async pairs, apart from the thread's stack), the summary and `compare`."""
-    from nvtx_regions.compare import compare
+    from nvtx_regions.report.compare import compare
     from nvtx_regions.testing import check_balanced, start_end_ranges
 
     result = capture_subprocess(

@@ -1,4 +1,4 @@
-"""`nvtx-regions compare` and `nvtx_regions.compare`: two Chrome-trace captures side by side.
+"""`nvtx-regions compare` and `nvtx_regions.compare` (`report.compare`): two Chrome-trace captures side by side.
 
 Synthetic files pin the table exactly; the example test runs the real
 eager-against-thunder comparison on nanoGPT and checks README's table against it.
@@ -16,9 +16,11 @@ from pathlib import Path
 import pytest
 
 from nvtx_regions.__main__ import main
-from nvtx_regions.compare import CaptureFileError, CompareRow, chrome_trace, compare, load_ranges, render_table
-from nvtx_regions.compare import write_chrome_trace
-from nvtx_regions.testing import NvtxEvent, load_chrome_trace, to_chrome_trace
+import nvtx_regions
+from nvtx_regions import CaptureFileError
+from nvtx_regions.capture import NvtxEvent, to_chrome_trace, write_chrome_trace
+from nvtx_regions.report.chrome_trace import load_chrome_trace
+from nvtx_regions.report.compare import CompareRow, compare, load_ranges, render_table
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -79,7 +81,7 @@ def test_domain_filter(files):
 def test_command(files, capsys):
     assert main(["compare", *map(str, files)]) == 0
     assert capsys.readouterr().out == TABLE + "\n"
-    assert main(["compare", *map(str, files), "--names", "x", "y", "--domain", "NVTX"]) == 0
+    assert main(["compare", *map(str, files), "--names", "x", "y", "--domain", "default"]) == 0
     assert capsys.readouterr().out == (
         "range  x n  y n  x median  y median  y/x\n"
         "torch    1    0   50.0 us         -    -\n"
@@ -125,7 +127,7 @@ def test_chrome_trace_from_events():
         _event("pop", None, 11_000, domain=None),
         _event("push", "never popped", 12_000),
     ]
-    trace = chrome_trace(events)
+    trace = to_chrome_trace(events)
     # One writer (nvtx_regions.capture.chrome): ranges come in the order they close, with its args.
     ranges = [e for e in trace["traceEvents"] if e["ph"] == "X"]
     fields = ("name", "cat", "ph", "ts", "dur", "pid", "tid")
@@ -144,8 +146,16 @@ def test_chrome_trace_from_events():
 def test_write_chrome_trace_to_a_path_is_the_capture_writer(tmp_path):
     events = [_event("push", "a", 1000), _event("pop", None, 3000)]
     path = tmp_path / "t.json"
-    write_chrome_trace(path, events)
+    assert write_chrome_trace(events, path) == 1  # the one writer: events first, then a path or a stream
     assert json.loads(path.read_text()) == to_chrome_trace(events)
+
+
+def test_the_public_compare_is_the_function():
+    # `from nvtx_regions import compare` gives the function, not a module, in a fresh interpreter too.
+    assert nvtx_regions.compare is compare and callable(compare)
+    code = "from nvtx_regions import compare; import inspect; print(inspect.isfunction(compare), compare.__module__)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split() == ["True", "nvtx_regions.report.compare"]
 
 
 def test_both_trace_readers_agree_on_the_default_domain(tmp_path):

@@ -9,7 +9,7 @@ import pytest
 import thunder
 
 from conftest import compiled, make_mlp
-from nvtx_regions import NvtxProfileTransform, NvtxRegionsWarning, SelectorError, explain
+from nvtx_regions import NotRunYetError, NvtxProfileTransform, NvtxRegionsWarning, SelectorError, TraceReport, explain
 from reference import Reference, one_line
 
 SPEC = "ffn: between first(op in <linear>)..last(op in <linear>) and forward\nbackward of (op in <linear>)\nop in <lineer>"
@@ -63,8 +63,9 @@ def test_rule_that_selects_nothing_gets_a_reason(explained):
 def test_explain_a_jitted_function_uses_its_own_transform():
     transform = NvtxProfileTransform("op in <linear>")
     jitted = thunder.jit(make_mlp(), transforms=[transform])
-    with pytest.raises(SelectorError, match="has not run yet"):
+    with pytest.raises(NotRunYetError, match="has not run yet; call it once first") as raised:
         explain(jitted)
+    assert not isinstance(raised.value, SelectorError)  # no spec error: the same call works after a run
     import torch
 
     with warnings.catch_warnings():
@@ -72,6 +73,7 @@ def test_explain_a_jitted_function_uses_its_own_transform():
         jitted(torch.randn(5, 8)).sum().backward()
     result = explain(jitted)
     assert [found.ranges for found in result.traces[0]] == [r.ranges for r in transform.reports] == [2, 0]
+    assert all(type(report) is TraceReport for report in transform.reports)  # the exported type
 
 
 def test_explain_needs_a_compiled_function_and_a_spec():

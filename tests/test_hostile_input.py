@@ -290,7 +290,7 @@ def test_compare_domain_that_is_not_there_names_those_that_are(tmp_path, capsys)
     assert main(["compare", str(trace), str(trace), "--domain", "foo"]) == 1
     assert capsys.readouterr().err == (
         "nvtx-regions compare: no ranges of domain 'foo' in either file; "
-        "the domains there are: NVTX, nvtx_regions (pass one to --domain)\n"
+        "the domains there are: default, nvtx_regions (pass one to --domain)\n"
     )
 
 
@@ -322,9 +322,9 @@ def test_check_dash_with_standard_input_closed_is_our_error():
 @pytest.mark.parametrize(
     "data, status, expected",
     [
-        (b"op in <caf\xe9>\n" + b"\xff" * 4096, 1,
+        (b"op in <caf\xe9>\n" + b"\xff" * 4096, 2,
          "<stdin>: not UTF-8 text (byte 10 is 0xE9, on line 1: invalid continuation byte); save it as UTF-8"),
-        (bytes(range(256)) * 16, 1, "<stdin>: binary data, not spec text (a NUL byte at offset 0); a spec is UTF-8 text"),
+        (bytes(range(256)) * 16, 2, "<stdin>: binary data, not spec text (a NUL byte at offset 0); a spec is UTF-8 text"),
         (b"\xef\xbb\xbfop in <linear>\n", 0, ""),
     ],
     ids=["latin-1", "binary", "byte-order-mark"],

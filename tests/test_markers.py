@@ -701,7 +701,8 @@ def test_compare_lines_markers_up_row_by_row(nvtx_capture, tmp_path):
     then finds every marker the same number of times in each capture."""
     import subprocess
 
-    from nvtx_regions.compare import compare, write_chrome_trace
+    from nvtx_regions.capture import write_chrome_trace
+    from nvtx_regions.report.compare import compare
     from nvtx_regions.eager import annotate
 
     spec = "each marker <*> and forward"
@@ -714,8 +715,8 @@ def test_compare_lines_markers_up_row_by_row(nvtx_capture, tmp_path):
     with nvtx_capture() as compiled:
         for _ in range(3):
             jitted(x)
-    write_chrome_trace(tmp_path / "eager.json", eager)
-    write_chrome_trace(tmp_path / "thunder.json", compiled)
+    write_chrome_trace(eager, tmp_path / "eager.json")
+    write_chrome_trace(compiled, tmp_path / "thunder.json")
     rows = compare(tmp_path / "eager.json", tmp_path / "thunder.json")
     assert {row.name for row in rows} == {"layer0", "layer1", "attn0", "attn1", "mlp", "inner", "project"}
     assert all(row.count_a == row.count_b > 0 for row in rows), rows

@@ -12,7 +12,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from nvtx_regions.capture import write_chrome_trace
+from nvtx_regions.core.naming import ANY_DOMAIN
 from nvtx_regions.report.records import load_records, module_rows, render_modules
+from nvtx_regions.testing import capture_subprocess, unavailable_reason
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -81,3 +86,32 @@ def test_domain_filter_and_no_ranges(tmp_path):
     result = report(trace)
     assert result.returncode == 0 and "nvtx_regions:transformer.h.0" in result.stdout
     assert "GPU-projected" not in result.stdout  # a capture has no CUDA side to speak of
+
+
+@pytest.mark.skipif(bool(unavailable_reason()), reason=f"capture tool unavailable: {unavailable_reason()}")
+def test_domain_default_selects_the_default_domains_ranges_of_a_capture(tmp_path):
+    # A real capture: ranges in NVTX's default domain (records carry domain None) and in a named one.
+    captured = capture_subprocess(
+        """
+        import nvtx
+        for _ in range(2):
+            nvtx.push_range("plain"); nvtx.pop_range()
+        nvtx.push_range("named", domain="mine"); nvtx.pop_range(domain="mine")
+        """
+    ).check()
+    trace = tmp_path / "capture.json"
+    write_chrome_trace(captured, trace)
+    assert sorted((r.domain or "", r.message) for r in load_records([str(trace)], domain=ANY_DOMAIN)[0]) == [
+        ("", "plain"), ("", "plain"), ("mine", "named"),
+    ]  # fmt: skip
+    assert [(r.domain, r.message) for r in load_records([str(trace)], domain=None)[0]] == [(None, "plain")] * 2
+    result = report(trace, "--domain", "default")
+    assert result.returncode == 0, result.stderr
+    per_range = result.stdout.split("\n\n")[0]
+    assert " :plain" in per_range and "mine:named" not in per_range
+    result = report(trace, "--domain", "mine")
+    assert result.returncode == 0 and "mine:named" in result.stdout and ":plain" not in result.stdout
+    # A file with no default-domain ranges: the message spells the domain as the option does.
+    only_named = _trace(tmp_path / "named.json", [("transformer.h.0", "blocks", 1, 10)])
+    result = report(only_named, "--domain", "default")
+    assert result.returncode == 1 and "no NVTX ranges in domain 'default'" in result.stderr

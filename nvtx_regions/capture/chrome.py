@@ -1,7 +1,8 @@
-"""Captured NVTX events as a Chrome Trace Event Format file (Perfetto UI, ``chrome://tracing``), and back.
+"""Captured NVTX events written as a Chrome Trace Event Format file (Perfetto UI, ``chrome://tracing``).
 
-    from nvtx_regions.testing import capture_subprocess, to_chrome_trace
+    from nvtx_regions.capture import capture_subprocess, to_chrome_trace, write_chrome_trace
     trace = to_chrome_trace(capture_subprocess(["python", "train.py"]))   # a JSON-ready dict
+    write_chrome_trace(events, "timeline.json")                            # or to an open text stream
 
 The format ("Trace Event Format", Google): a JSON object whose
 ``traceEvents`` list holds events with ``name``, ``cat``, ``ph`` (phase),
@@ -28,39 +29,36 @@ processes of one machine share one time axis.
 
 `iter_items` turns events into `RangeRecord` and `MarkRecord` items one at a
 time (stacks only, no event list), so `write_chrome_trace` streams any number
-of events in bounded memory. `load_chrome_trace` reads such a file back into
-`RangeRecord` items, which `nvtx_regions.testing.summarize` accepts too.
+of events in bounded memory. Reading a trace back is a report's job:
+`nvtx_regions.report.chrome_trace.load_chrome_trace` gives the same
+`RangeRecord` items, as `nvtx_regions.report.nsys_report` does for Nsight's reports.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any, Union
 
-from ..core.errors import CaptureFileError
-from .events import NvtxEvent, int_or_none
+from .events import NvtxEvent
 
 __all__ = [
+    "DEFAULT_DOMAIN_CAT",
     "ChromeTraceWriter",
-    "CompleteEvent",
     "MarkRecord",
     "ProcessInfo",
     "RangeRecord",
-    "TraceInput",
-    "complete_events",
     "start_end_events",
-    "event_domain",
     "iter_items",
-    "load_chrome_trace",
     "to_chrome_trace",
     "write_chrome_trace",
 ]
 
-DEFAULT_DOMAIN_CAT = "NVTX"  # what the nvtx package calls the default domain
+# The ``cat`` of a default-domain event in the file: what the nvtx package calls
+# the default domain. A file format's word; the command line says ``default``.
+DEFAULT_DOMAIN_CAT = "NVTX"
 
 
 @dataclass(frozen=True)
@@ -282,9 +280,13 @@ def _sources(source: Any) -> list[tuple[ProcessInfo, Iterable[NvtxEvent]]]:
     return [(ProcessInfo(pid), [e for e in events if e.pid == pid]) for pid in pids]
 
 
-def write_chrome_trace(source: Any, stream: IO[str]) -> int:
-    """Write `source` (see `to_chrome_trace`) to a text stream; return the number of range and mark events."""
-    writer = ChromeTraceWriter(stream)
+def write_chrome_trace(source: Any, target: str | os.PathLike[str] | IO[str]) -> int:
+    """Write `source` (see `to_chrome_trace`) to `target`, a file path or a text stream, streamed
+    event by event; return the number of range and mark events written."""
+    if isinstance(target, (str, os.PathLike)):
+        with open(target, "w", encoding="utf-8") as stream:
+            return write_chrome_trace(source, stream)
+    writer = ChromeTraceWriter(target)
     processes = []
     for info, events in _sources(source):
         processes.append(info)
@@ -311,197 +313,3 @@ def to_chrome_trace(source: Any) -> dict[str, Any]:
     buffer = io.StringIO()
     write_chrome_trace(source, buffer)
     return json.loads(buffer.getvalue())
-
-
-TraceInput = Union[str, "os.PathLike[str]", Mapping[str, Any], list]
-"""A Chrome trace: a file path, or its JSON already loaded (an object with ``traceEvents``, or a list of events)."""
-
-_FIX = "pass a file written by 'nvtx-regions capture -o FILE.json'"
-
-
-@dataclass(frozen=True)
-class CompleteEvent:
-    """One complete (``"ph": "X"``) event of a Chrome trace, its fields checked.
-
-    index: its position in ``traceEvents``. domain: ``args.domain`` if the
-    event has one, else its ``cat``, where ``"NVTX"`` (and no ``cat``) is
-    NVTX's default domain, None. ts_us: None when the event has no ``ts``.
-    event: the event as read (``pid`` and ``tid`` are not checked: other
-    producers, such as PyTorch's profiler, write strings there).
-    """
-
-    index: int
-    name: str
-    domain: str | None
-    dur_us: float
-    ts_us: float | None
-    args: Mapping[str, Any]
-    event: Mapping[str, Any]
-
-
-def event_domain(event: Mapping[str, Any], args: Mapping[str, Any]) -> str | None:
-    """The NVTX domain of a trace event: ``args.domain`` if present, else its ``cat`` (``"NVTX"``: None)."""
-    if "domain" in args:
-        return args["domain"]
-    cat = event.get("cat")
-    return None if cat in (None, DEFAULT_DOMAIN_CAT) else cat
-
-
-def trace_events(source: TraceInput) -> tuple[str, list[Any]]:
-    """(the name to show in messages, the event list) of a Chrome trace; raises `CaptureFileError`."""
-    where = _where(source)
-    if isinstance(source, (str, os.PathLike)):
-        try:
-            with open(where, encoding="utf-8") as stream:
-                data = json.load(stream)
-        except OSError as error:
-            raise CaptureFileError(f"{where}: cannot read the capture file: {error.strerror or error}") from None
-        except RecursionError:
-            raise CaptureFileError(f"{where}: JSON nested too deeply to be a Chrome trace; {_FIX}") from None
-        except (UnicodeDecodeError, ValueError) as error:  # JSONDecodeError, and int() limits, are ValueErrors
-            raise CaptureFileError(f"{where}: not JSON ({error}); {_FIX}") from None
-    else:
-        data = source
-    events = data.get("traceEvents") if isinstance(data, Mapping) else data
-    if not isinstance(events, list):
-        raise CaptureFileError(
-            f"{where}: not a Chrome trace (expected a 'traceEvents' list or a list of events); {_FIX}"
-        )
-    return where, events
-
-
-def _where(source: TraceInput) -> str:
-    return os.fspath(source) if isinstance(source, (str, os.PathLike)) else "<trace>"
-
-
-def _number(value: Any) -> bool:
-    """A finite JSON number (not a bool) that fits a float."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:  # an int beyond float's range
-        return False
-
-
-def complete_events(source: TraceInput) -> Iterator[CompleteEvent]:
-    """The ranges of a Chrome trace, each checked: its complete (``"ph": "X"``)
-    events (push/pop ranges), in file order, and its nestable async pairs
-    (``"b"``/``"e"`` with the same pid, ``cat`` and ``id``: start/end ranges),
-    each where its ``e`` is, as a `CompleteEvent` of the ``b`` (its index,
-    name and ``ts``; ``dur`` from ``b`` to ``e``; ``args.style`` ``StartEnd``).
-
-    Events of other phases (metadata, instants, ``B``/``E`` pairs) are not
-    ranges and are passed over, and so is an async event without a string
-    ``name`` or a numeric ``ts``, or an ``e`` with no ``b``. Raises `CaptureFileError`, naming the file
-    and the event's index, for an event that is not a JSON object, or a
-    complete event without a string ``name``, with a ``dur`` that is not a
-    finite number >= 0, or with ``args``, ``args.domain``, ``cat`` or ``ts``
-    of the wrong type.
-    """
-    where, events = trace_events(source)
-    begun: dict[tuple[Any, Any, Any], tuple[int, Mapping[str, Any]]] = {}
-    for index, event in enumerate(events):
-
-        def bad(what: str) -> CaptureFileError:
-            return CaptureFileError(f"{where}: event {index}: {what}; {_FIX}")
-
-        if not isinstance(event, Mapping):
-            raise bad(f"{_short(event)} is not a JSON object")
-        if event.get("ph") in ("b", "e"):
-            found = _start_end(event, index, begun)
-            if found is not None:
-                yield found
-            continue
-        if event.get("ph") != "X":
-            continue
-        name, dur, args = event.get("name"), event.get("dur"), event.get("args")
-        if not isinstance(name, str):
-            raise bad("a complete event ('ph': 'X') needs a string 'name'" + ("" if name is None else f", not {_short(name)}"))
-        if dur is None:
-            raise bad(f"complete event {name!r} has no 'dur' (its duration in microseconds)")
-        if not _number(dur) or dur < 0:
-            raise bad(f"complete event {name!r} has 'dur' {_short(dur)}, not a duration in microseconds (a number >= 0)")
-        if args is None:
-            args = {}
-        elif not isinstance(args, Mapping):
-            raise bad(f"complete event {name!r} has 'args' {_short(args)}, not a JSON object")
-        if not isinstance(args.get("domain"), (str, type(None))):
-            raise bad(f"complete event {name!r} has 'args.domain' {_short(args['domain'])}, not a string or null")
-        if not isinstance(event.get("cat"), (str, type(None))):
-            raise bad(f"complete event {name!r} has 'cat' {_short(event['cat'])}, not a string")
-        ts = event.get("ts")
-        if ts is not None and not _number(ts):
-            raise bad(f"complete event {name!r} has 'ts' {_short(ts)}, not a time in microseconds")
-        yield CompleteEvent(index, name, event_domain(event, args), float(dur), None if ts is None else float(ts), args, event)
-
-
-def _start_end(
-    event: Mapping[str, Any], index: int, begun: dict[tuple[Any, Any, Any], tuple[int, Mapping[str, Any]]]
-) -> CompleteEvent | None:
-    """Pair async events (`complete_events`): remember a ``b``; at its ``e``, the range."""
-    if not isinstance(event.get("name"), str) or not _number(event.get("ts")):
-        return None
-    key = (event.get("pid"), event.get("cat"), json.dumps(event.get("id")))
-    if event["ph"] == "b":
-        begun[key] = (index, event)
-        return None
-    if key not in begun:
-        return None
-    first, begin = begun.pop(key)
-    args = begin.get("args")
-    args = {"style": "StartEnd", **(args if isinstance(args, Mapping) else {})}
-    if not isinstance(args.get("domain"), (str, type(None))) or not isinstance(begin.get("cat"), (str, type(None))):
-        return None
-    ts = float(begin["ts"])
-    return CompleteEvent(first, begin["name"], event_domain(begin, args), max(float(event["ts"]) - ts, 0.0), ts, args, begin)
-
-
-def _short(value: Any) -> str:
-    text = json.dumps(value, allow_nan=True) if not isinstance(value, (Mapping, list)) else type(value).__name__
-    text = {"dict": "an object", "list": "a list"}.get(text, text)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def load_chrome_trace(source: TraceInput) -> list[RangeRecord]:
-    """The ranges of a Chrome trace written by this module, as `RangeRecord` items.
-
-    Complete (``ph: "X"``) events and async pairs (``b``/``e``: start/end
-    ranges) are ranges (`complete_events`); times come back in whole
-    nanoseconds (the file keeps microseconds to 3 decimals). Events of other
-    producers load too: without ``args.domain`` the ``cat`` is the domain
-    (``"NVTX"``: the default domain, None), as `nvtx_regions.compare.load_ranges`
-    reads it. Raises `CaptureFileError` for a file that is not such a trace.
-    """
-    out = []
-    for ev in complete_events(source):
-        if ev.ts_us is None:
-            raise CaptureFileError(f"{_where(source)}: event {ev.index}: complete event {ev.name!r} has no 'ts'; {_FIX}")
-        pid, tid = ev.event.get("pid", 0), ev.event.get("tid", 0)
-        if not all(isinstance(n, int) and not isinstance(n, bool) for n in (pid, tid)):
-            raise CaptureFileError(
-                f"{_where(source)}: event {ev.index}: complete event {ev.name!r} needs integer 'pid' and 'tid' "
-                f"(not {_short(pid)}, {_short(tid)}); {_FIX}"
-            )
-        args = ev.args
-        category = args.get("nvtx_category")
-        color = args.get("color")
-        start = round(ev.ts_us * 1000)
-        out.append(
-            RangeRecord(
-                pid=pid,
-                tid=tid,
-                domain=ev.domain,
-                message=ev.name,
-                start_ns=start,
-                end_ns=start + round(ev.dur_us * 1000),
-                depth=int_or_none(args.get("depth")) or 0,
-                style=args.get("style", "PushPop"),
-                color=int(color[1:], 16) if isinstance(color, str) and color.startswith("#") else None,
-                category=category if isinstance(category, int) else None,
-                category_name=category if isinstance(category, str) else None,
-                rank=int_or_none(args.get("rank")),
-                unclosed=bool(args.get("unclosed", False)),
-            )
-        )
-    return out

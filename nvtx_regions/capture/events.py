@@ -11,6 +11,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Union
 
+from ..core.naming import ANY_DOMAIN, in_domain
+
 __all__ = [
     "KINDS",
     "BalanceProblem",
@@ -37,14 +39,6 @@ KINDS = (
     "name_category",
     "name_thread",
 )
-
-
-class _Any:
-    def __repr__(self) -> str:
-        return "ANY"
-
-
-ANY: Any = _Any()
 
 
 @dataclass(frozen=True)
@@ -159,20 +153,21 @@ def _range_from(event: NvtxEvent, depth: int) -> Range:
     )
 
 
-def range_tree(events: Iterable[NvtxEvent], *, domain: str | None = ANY) -> dict[int, list[Range]]:
+def range_tree(events: Iterable[NvtxEvent], *, domain: Any = ANY_DOMAIN) -> dict[int, list[Range]]:
     """Nest push/pop events into trees: thread id -> root ranges in start order.
 
     Stacks are per thread and domain, as NVTX's are, so a range's children are
     the ranges of its own domain opened while it was open; roots of different
     domains interleave in start order. Pass ``domain=`` to keep one domain only
-    (None: the default domain). Pass one process's events (tids are per process).
+    (None: the default domain; the default, `ANY_DOMAIN`: every domain). Pass
+    one process's events (tids are per process).
     Ranges never popped keep ``end_ns=None``; pops without a push are dropped
     here and reported by `balance_problems`.
     """
     roots: dict[int, list[Range]] = {}
     stacks: dict[tuple[int, int, str | None], list[Range]] = {}
     for event in events:
-        if event.kind not in ("push", "pop") or (domain is not ANY and event.domain != domain):
+        if event.kind not in ("push", "pop") or not in_domain(event.domain, domain):
             continue
         stack = stacks.setdefault((event.pid, event.tid, event.domain), [])
         if event.kind == "push":
@@ -184,16 +179,16 @@ def range_tree(events: Iterable[NvtxEvent], *, domain: str | None = ANY) -> dict
     return roots
 
 
-def start_end_ranges(events: Iterable[NvtxEvent], *, domain: str | None = ANY) -> list[Range]:
+def start_end_ranges(events: Iterable[NvtxEvent], *, domain: Any = ANY_DOMAIN) -> list[Range]:
     """Pair start/end events by range id into ranges, in start order.
 
     A start/end range may end on another thread; `Range.tid` is the starting
-    thread. Ranges never ended keep ``end_ns=None``.
+    thread. Ranges never ended keep ``end_ns=None``. ``domain=``: as for `range_tree`.
     """
     ranges: list[Range] = []
     open_ranges: dict[tuple[int, int | None], Range] = {}
     for event in events:
-        if event.kind not in ("start", "end") or (domain is not ANY and event.domain != domain):
+        if event.kind not in ("start", "end") or not in_domain(event.domain, domain):
             continue
         key = (event.pid, event.range_id)
         if event.kind == "start":

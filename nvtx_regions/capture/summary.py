@@ -1,6 +1,6 @@
 """A summary of NVTX ranges, laid out like Nsight Systems' ``nsys stats --report nvtx_sum``.
 
-    from nvtx_regions.testing import capture_subprocess, summarize
+    from nvtx_regions.capture import capture_subprocess, summarize
     print(summarize(capture_subprocess(["python", "train.py"])))
 
 One row per (domain, message), or with ``by="label"`` per (domain, rule):
@@ -14,8 +14,9 @@ instance) in nanoseconds, style (``PushPop``/``StartEnd``) and the range as
 by total time, largest first.
 
 Input: captured events (a `CaptureResult`, a `ProcessCapture`, `NvtxEvent`
-items) or `RangeRecord` items (`iter_items`, or `load_chrome_trace` of a saved
-timeline). Memory: one 8-byte duration per range (for the median).
+items) or `RangeRecord` items (`iter_items`, or
+`nvtx_regions.report.chrome_trace.load_chrome_trace` of a saved timeline).
+Memory: one 8-byte duration per range (for the median).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.table import text_table
 from .chrome import RangeRecord, iter_items
 
 __all__ = ["Summary", "SummaryRow", "Summarizer", "summarize", "BY"]
@@ -73,15 +75,7 @@ class Summary:
              str(r.min_ns), str(r.max_ns), f"{r.stddev_ns:.1f}", r.style, r.range)
             for r in self.rows
         ]  # fmt: skip
-        widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(head)]
-
-        def line(values) -> str:
-            parts = [v.rjust(w) for v, w in zip(values[:-2], widths)]
-            parts += [values[-2].ljust(widths[-2]), values[-1]]
-            return "  ".join(parts).rstrip()
-
-        out = [line(head), line(["-" * w for w in widths])]
-        out += [line(c) for c in cells]
+        out = [text_table(head, cells, "r" * 8 + "ll", rule=True)]
         unclosed = sum(r.unclosed for r in self.rows)
         if unclosed:
             out.append(f"({unclosed} range{'s' * (unclosed != 1)} never closed: counted up to the process's last event)")

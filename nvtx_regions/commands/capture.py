@@ -20,8 +20,9 @@ next to ``-o`` and renamed into place, so the file is whole or untouched;
 if it still cannot be written at the end, it is kept in the capture
 directory and the message says where (exit status 1 if the command succeeded).
 
-Exit status: the command's own; 128 + N when it was killed by signal N (as a
-shell reports it). A process that did not exit normally (signal,
+Exit status (`commands.status`): the command's own; 128 + N when it was
+killed by signal N (as a shell reports it); 2 for an output refused before the
+run. A process that did not exit normally (signal,
 ``os._exit``) makes the capture partial, and the message says so.
 While the command runs, this process outlives SIGINT (Ctrl-C reaches the
 command itself through the terminal's process group, and the command
@@ -34,6 +35,7 @@ folder left behind.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import shutil
@@ -45,9 +47,15 @@ from pathlib import Path
 from ..capture.chrome import ProcessInfo
 from ..capture.directory import DirectoryTrace, write_directory_trace
 from ..capture.inject import ENV_DIR, ENV_INJECTION, ENV_MODE
-from .child import CommandError, ended, exit_status, parse_command_line, private_tempdir, run_child
+from .child import ended, private_tempdir, run_child
+from .status import PROBLEM_FOUND, UsageError, child_status
 
-__all__ = ["CaptureOutcome", "run_capture", "main"]
+__all__ = ["HELP", "DESCRIPTION", "USAGE", "EXAMPLE", "CaptureOutcome", "add_arguments", "run", "run_capture"]
+
+HELP = "run a command with NVTX capture; write a Chrome trace; print a summary"
+DESCRIPTION = "Run COMMAND with the NVTX capture tool; write a Chrome trace; print an nvtx_sum-like summary."
+USAGE = "nvtx-regions capture [-o FILE] [--force-overwrite] [--summary-by {message,label}] [--raw-dir DIR] -- COMMAND..."
+EXAMPLE = "nvtx-regions capture -o timeline.json -- python train.py"
 
 
 @dataclass
@@ -74,51 +82,51 @@ class CaptureOutcome:
 
 
 def _writable_folder(folder: Path, what: str) -> None:
-    """Create `folder` if needed and prove a file can be created in it; else `CommandError` naming `what`."""
+    """Create `folder` if needed and prove a file can be created in it; else `UsageError` naming `what`."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
         probe = tempfile.NamedTemporaryFile(dir=folder, prefix=".nvtx-regions-probe-")
         probe.close()
     except OSError as error:
         reason = error.strerror or str(error)
-        raise CommandError(f"{what}: cannot write in {folder}/ ({reason}); choose a folder you can write to") from None
+        raise UsageError(f"{what}: cannot write in {folder}/ ({reason}); choose a folder you can write to") from None
 
 
 def check_output(output: str, command: list[str], *, force: bool = False) -> Path:
-    """The trace file `output`, checked before the command runs; raises `CommandError` naming the fix.
+    """The trace file `output`, checked before the command runs; raises `UsageError` naming the fix.
 
     Refused: ``-`` (standard output is the command's own), a directory, a
     file the command names (its script), an existing file unless `force`
     (Nsight's ``--force-overwrite``), and a folder where no file can be created.
     """
     if output == "-":
-        raise CommandError(
+        raise UsageError(
             "-o -: the trace cannot go to standard output, which is the command's own; give a file name, "
             "e.g. -o timeline.json"
         )
     path = Path(output)
     if path.is_dir():
-        raise CommandError(f"-o {output}: is a directory; give a file name, e.g. -o {path / 'timeline.json'}")
+        raise UsageError(f"-o {output}: is a directory; give a file name, e.g. -o {path / 'timeline.json'}")
     for arg in command:
         try:
             if os.path.isfile(arg) and path.exists() and os.path.samefile(arg, path):
-                raise CommandError(f"-o {output}: is {arg!r}, a file the command uses; give the trace another name")
+                raise UsageError(f"-o {output}: is {arg!r}, a file the command uses; give the trace another name")
         except OSError:
             continue
     if path.exists() or path.is_symlink():
         if not force:
-            raise CommandError(f"-o {output}: the file exists; add --force-overwrite to replace it, or give another name")
+            raise UsageError(f"-o {output}: the file exists; add --force-overwrite to replace it, or give another name")
         if not path.is_file():
-            raise CommandError(f"-o {output}: exists and is not a regular file; give another name")
+            raise UsageError(f"-o {output}: exists and is not a regular file; give another name")
     _writable_folder(path.parent, f"-o {output}")
     return path
 
 
 def check_raw_dir(raw_dir: str) -> Path:
-    """The ``--raw-dir`` folder, created and checked before the command runs; raises `CommandError`."""
+    """The ``--raw-dir`` folder, created and checked before the command runs; raises `UsageError`."""
     path = Path(raw_dir)
     if path.exists() and not path.is_dir():
-        raise CommandError(f"--raw-dir {raw_dir}: is a file, not a folder; give a folder (it is created if missing)")
+        raise UsageError(f"--raw-dir {raw_dir}: is a file, not a folder; give a folder (it is created if missing)")
     _writable_folder(path, f"--raw-dir {raw_dir}")
     return path
 
@@ -151,7 +159,7 @@ def run_capture(
     directory, removed afterwards, and removed by a later run if this process
     was killed). When `output` cannot be written once the command has ended,
     the trace is written into the capture directory instead, which is then
-    kept (`CaptureOutcome.not_written`). Raises `CommandError` when the
+    kept (`CaptureOutcome.not_written`). Raises `UsageError` when the
     command cannot start or the tool cannot be built.
     """
     from ..capture.build import CaptureUnavailable, build_tool
@@ -159,9 +167,9 @@ def run_capture(
     try:
         tool = build_tool()
     except CaptureUnavailable as error:
-        raise CommandError(f"the NVTX capture tool cannot be built here: {error}") from None
+        raise UsageError(f"the NVTX capture tool cannot be built here: {error}") from None
     if os.environ.get(ENV_INJECTION) and "nvtx_capture-" not in os.environ[ENV_INJECTION]:
-        raise CommandError(
+        raise UsageError(
             f"{ENV_INJECTION} already names another NVTX tool ({os.environ[ENV_INJECTION]}); "
             "NVTX takes one tool per process: unset it, or do not run capture under Nsight"
         )
@@ -214,25 +222,17 @@ def report(outcome: CaptureOutcome, output: str, command: list[str]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str]) -> int:
-    """Entry point of ``nvtx-regions capture`` (argv after the subcommand name)."""
-    import argparse
-
-    usage = "nvtx-regions capture -o timeline.json -- python train.py"
-    parser = argparse.ArgumentParser(
-        prog="nvtx-regions capture",
-        usage="nvtx-regions capture [-o FILE] [--force-overwrite] [--summary-by {message,label}] [--raw-dir DIR] -- COMMAND...",
-        description="Run COMMAND with the NVTX capture tool; write a Chrome trace; print an nvtx_sum-like summary.",
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", default="timeline.json", help="Chrome trace file (default: timeline.json)")
     parser.add_argument("--summary-by", choices=("message", "label"), default="message",
                         help="one row per message (default), or per rule (NVTX category)")  # fmt: skip
     parser.add_argument("--raw-dir", help="keep each process's event stream (nvtx-<pid>.jsonl) in this directory")
     parser.add_argument("--force-overwrite", action="store_true", help="replace FILE if it exists (as nsys's flag)")
-    parsed = parse_command_line(parser, argv, usage)
-    if parsed is None:
-        return 0
-    args, command = parsed
+
+
+def run(args: argparse.Namespace) -> int:
+    """``nvtx-regions capture``: `args.command` is the command after ``--``."""
+    command = args.command
     check_output(args.output, command, force=args.force_overwrite)
     if args.raw_dir is not None:
         check_raw_dir(args.raw_dir)
@@ -240,5 +240,5 @@ def main(argv: list[str]) -> int:
     sys.stdout.flush()
     print(report(outcome, args.output, command), flush=True)
     if outcome.not_written is not None and not outcome.returncode:
-        return 1
-    return exit_status(outcome.returncode)
+        return PROBLEM_FOUND
+    return child_status(outcome.returncode)

@@ -1,11 +1,11 @@
-"""Running the user's command as a child process: the command line's ``--`` split
-and help, signal forwarding, the child's death with ours, private temporary
-folders, and exit statuses as a shell reports them. Shared by every command
-that runs another command (capture, explain, nsys)."""
+"""Running the user's command as a child process: signal forwarding, the child's
+death with ours, private temporary folders, and how a child ended, in words.
+Shared by the commands that run another command (capture, explain); the
+command after ``--`` is split off by `commands.main`, and exit statuses are
+`commands.status`'s."""
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import os
 import re
@@ -16,53 +16,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = [
-    "CommandError",
-    "ended",
-    "exit_status",
-    "parse_command_line",
-    "private_tempdir",
-    "run_child",
-    "signal_name",
-    "split_command",
-]
+from .status import UsageError
 
-
-class CommandError(Exception):
-    """A usage error of a subcommand: the message says what to do; no traceback is shown."""
-
-
-def split_command(argv: list[str], usage: str) -> tuple[list[str], list[str]]:
-    """Split ``[options..., "--", command...]``; raise `CommandError` naming the fix when either part is missing."""
-    if "--" not in argv:
-        raise CommandError(f"put the command to run after `--`, for example: {usage}")
-    at = argv.index("--")
-    options, command = argv[:at], argv[at + 1 :]
-    if not command:
-        raise CommandError(f"nothing to run after `--`; give the command, for example: {usage}")
-    return options, command
-
-
-def parse_command_line(
-    parser: argparse.ArgumentParser, argv: list[str], example: str
-) -> tuple[argparse.Namespace, list[str]] | None:
-    """Parse ``OPTIONS -- COMMAND...``: (options parsed by `parser`, COMMAND).
-
-    Returns None after printing `parser`'s help when ``-h``/``--help`` is
-    among the options (anywhere before ``--``). Raises `CommandError` naming
-    the fix, with `example`, when ``--`` or the command is missing.
-    """
-    options = argv[: argv.index("--")] if "--" in argv else argv
-    if "-h" in options or "--help" in options:
-        parser.print_help()
-        return None
-    options, command = split_command(argv, example)
-    return parser.parse_args(options), command
-
-
-def exit_status(returncode: int) -> int:
-    """A child's exit status as a shell reports it: 128 + N for death by signal N."""
-    return 128 - returncode if returncode < 0 else returncode
+__all__ = ["ended", "private_tempdir", "run_child", "signal_name"]
 
 
 def signal_name(returncode: int) -> str:
@@ -127,7 +83,7 @@ def private_tempdir(prefix: str) -> Path:
     Folders of the same prefix whose owner process is gone (killed before it
     could clean up, SIGKILL included) are removed first, so they do not
     accumulate. A folder whose pid was reused by a live process is left
-    until a later run. Raises `CommandError` when the folder cannot be created.
+    until a later run. Raises `UsageError` when the folder cannot be created.
     """
     pattern = re.compile(rf"{re.escape(prefix)}(\d+)-\w+")
     try:
@@ -139,7 +95,7 @@ def private_tempdir(prefix: str) -> Path:
                 shutil.rmtree(old, ignore_errors=True)
         return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-"))
     except OSError as error:
-        raise CommandError(f"cannot create a temporary folder ({error}); set TMPDIR to a folder you can write to") from None
+        raise UsageError(f"cannot create a temporary folder ({error}); set TMPDIR to a folder you can write to") from None
 
 
 def run_child(command: list[str], env: dict[str, str]) -> int:
@@ -153,9 +109,9 @@ def run_child(command: list[str], env: dict[str, str]) -> int:
     try:
         proc = subprocess.Popen(command, env=env, preexec_fn=_die_with_parent())
     except FileNotFoundError:
-        raise CommandError(f"cannot run {command[0]!r}: no such program (is it on PATH?)") from None
+        raise UsageError(f"cannot run {command[0]!r}: no such program (is it on PATH?)") from None
     except PermissionError:
-        raise CommandError(f"cannot run {command[0]!r}: not executable") from None
+        raise UsageError(f"cannot run {command[0]!r}: not executable") from None
 
     def forward(signum, _frame):
         if proc.poll() is None:

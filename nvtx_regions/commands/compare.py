@@ -1,43 +1,52 @@
-"""``nvtx-regions compare A B``: two captures side by side (`report.compare`)."""
+"""``nvtx-regions compare A B``: two captures side by side per range name (`report.compare`).
+
+Exit status (`commands.status`): 1 when a file cannot be read or there is
+nothing to compare (in the ``--domain`` asked for).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import argparse
+import sys
+from pathlib import Path
 
-from ..core.errors import CaptureFileError
-from ..capture.chrome import DEFAULT_DOMAIN_CAT
-from ..report.compare import _ANY, compare, load_ranges, render_table
+from ..core.naming import ANY_DOMAIN
+from ..report.compare import compare, load_ranges, render_table
+from .domain import add_domain_option, domain_word
+from .status import OK, PROBLEM_FOUND
 
-__all__ = ["compare_main"]
+__all__ = ["HELP", "DESCRIPTION", "add_arguments", "run"]
+
+HELP = "two captures (Chrome trace JSON) or nsys reports side by side per range name"
+DESCRIPTION = "Two captures (Chrome trace JSON) or nsys reports side by side per range name: counts, medians, ratio."
 
 
-def compare_main(args: Any) -> int:
-    """``nvtx-regions compare``: print the table; errors go to stderr with status 1."""
-    import sys
-    from pathlib import Path
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("a", help="the first capture: a Chrome trace JSON file (nvtx-regions capture -o A.json) or an nsys report (.nsys-rep, .sqlite)")  # fmt: skip
+    parser.add_argument("b", help="the second capture, compared with the first (ratio: b / a)")
+    add_domain_option(parser, "only this NVTX domain's ranges (default: every domain)", default=ANY_DOMAIN)
+    parser.add_argument("--names", nargs=2, metavar=("A", "B"), help="column names (default: the file names)")
 
+
+def run(args: argparse.Namespace) -> int:
     names = args.names or [Path(args.a).stem, Path(args.b).stem]
     if names[0] == names[1]:
         names = [args.a, args.b]
-    domain = _ANY if args.domain is None else None if args.domain == DEFAULT_DOMAIN_CAT else args.domain
-    try:
-        rows = compare(args.a, args.b, domain=domain)
-    except CaptureFileError as error:
-        print(f"nvtx-regions compare: {error}", file=sys.stderr)
-        return 1
+    rows = compare(args.a, args.b, domain=args.domain)
     if not rows:
-        print(f"nvtx-regions compare: {_nothing_to_compare(args, domain)}", file=sys.stderr)
-        return 1
+        print(f"nvtx-regions compare: {_nothing_to_compare(args)}", file=sys.stderr)
+        return PROBLEM_FOUND
     print(render_table(rows, *names))
-    return 0
+    return OK
 
 
-def _nothing_to_compare(args: Any, domain: Any) -> str:
+def _nothing_to_compare(args: argparse.Namespace) -> str:
     """Why there are no rows: no ranges at all, or none in the domain asked for (naming those there are)."""
-    if domain is _ANY:
-        return "no complete ('ph': 'X') range events in either file"
-    present = {d for path in (args.a, args.b) for d, _, _ in load_ranges(path)}
+    present = set() if args.domain is ANY_DOMAIN else {d for path in (args.a, args.b) for d, _, _ in load_ranges(path)}
     if not present:
         return "no complete ('ph': 'X') range events in either file"
-    names = ", ".join(sorted(DEFAULT_DOMAIN_CAT if d is None else d for d in present))
-    return f"no ranges of domain {args.domain!r} in either file; the domains there are: {names} (pass one to --domain)"
+    there = ", ".join(sorted(map(domain_word, present)))
+    return (
+        f"no ranges of domain {domain_word(args.domain)!r} in either file; the domains there are: {there} "
+        "(pass one to --domain)"
+    )

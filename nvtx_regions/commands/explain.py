@@ -13,24 +13,32 @@ COMMAND ends, this prints, per function (and rank), the `explain()` report
 and the range tree it plans (`nvtx_regions.report.rangeart`; ``--no-tree`` leaves
 it out). COMMAND's own output is passed through untouched, before the report.
 
-Exit status: COMMAND's (128 + N when killed by signal N); 1 when it exited
-normally but jitted nothing that ran. A script that ends with ``os._exit`` or
+Exit status (`commands.status`): COMMAND's (128 + N when killed by signal
+N); 1 when it exited normally but jitted nothing that ran; 2 for a spec
+error, before COMMAND runs. A script that ends with ``os._exit`` or
 a fatal signal has no atexit, so it reports nothing: the message names each
 such process and what it jitted, and says why there is no report.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
 import sys
 from pathlib import Path
 
-from .child import CommandError, ended, exit_status, parse_command_line, private_tempdir, run_child
+from .child import ended, private_tempdir, run_child
 from .explain_child import ENV_MAX_OPS, ENV_OUT, ENV_SPEC
+from .status import OK, PROBLEM_FOUND, UsageError, child_status
 
-__all__ = ["main", "SITE_DIR"]
+__all__ = ["HELP", "DESCRIPTION", "USAGE", "EXAMPLE", "SITE_DIR", "add_arguments", "run"]
+
+HELP = "run a script and print explain() for each function it jits"
+DESCRIPTION = "Run COMMAND; print explain() against SPEC for each function it jits with thunder."
+USAGE = "nvtx-regions explain SPEC [--max-ops N] [--no-tree] -- COMMAND..."
+EXAMPLE = "nvtx-regions explain examples/regions.nvtx -- python train.py"
 
 SITE_DIR = Path(__file__).with_name("_explain_site")
 
@@ -67,27 +75,20 @@ def render(processes: list[dict], *, tree: bool = True) -> str:
     return "\n".join(out).rstrip("\n")
 
 
-def main(argv: list[str]) -> int:
-    """Entry point of ``nvtx-regions explain`` (argv after the subcommand name)."""
-    import argparse
-
-    from ..selection.compile import compile_spec
-    from ..language.parse import load
-
-    parser = argparse.ArgumentParser(
-        prog="nvtx-regions explain",
-        usage="nvtx-regions explain SPEC [--max-ops N] [--no-tree] -- COMMAND...",
-        description="Run COMMAND; print explain() against SPEC for each function it jits with thunder.",
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spec", help="a .nvtx spec file")
     parser.add_argument("--max-ops", type=int, default=12, help="op lines shown per rule and trace (default 12)")
     parser.add_argument("--no-tree", action="store_true", help="leave out the range-tree pictures")
-    parsed = parse_command_line(parser, argv, "nvtx-regions explain examples/regions.nvtx -- python train.py")
-    if parsed is None:
-        return 0
-    args, command = parsed
+
+
+def run(args: argparse.Namespace) -> int:
+    """``nvtx-regions explain``: `args.command` is the command after ``--``."""
+    from ..language.parse import load
+    from ..selection.compile import compile_spec
+
+    command = args.command
     if args.max_ops < 0:
-        raise CommandError("--max-ops takes a number >= 0")
+        raise UsageError("--max-ops takes a number >= 0")
     spec_path = Path(args.spec)  # as given: the command runs in this directory, and reports show the path
     compile_spec(load(args.spec))  # the spec's own errors come out here, before the command runs
     out_dir = private_tempdir("nvtx_explain-")
@@ -113,7 +114,7 @@ def main(argv: list[str]) -> int:
         )
     if returncode:
         print(f"nvtx-regions explain: {ended(command[0], returncode)}", file=sys.stderr)
-        return exit_status(returncode)
+        return child_status(returncode)
     if not processes:
         if not silent:
             print(
@@ -121,5 +122,5 @@ def main(argv: list[str]) -> int:
                 "nothing to explain",
                 file=sys.stderr,
             )
-        return 1
-    return 0
+        return PROBLEM_FOUND
+    return OK

@@ -105,7 +105,7 @@ def _note_jitted(name: str) -> None:
 
 
 def _report() -> list[dict[str, Any]]:
-    from ..core.errors import SelectorError
+    from ..core.errors import NotRunYetError, SelectorError
     from ..report.explanation import explain
     from ..report.rangeart import draw_ranges
 
@@ -116,7 +116,7 @@ def _report() -> list[dict[str, Any]]:
         record = {k: v for k, v in entry.items() if k != "function"}
         try:
             explanation = explain(entry["function"], spec=spec, max_ops=max_ops)
-        except SelectorError as error:
+        except (SelectorError, NotRunYetError) as error:
             record.update(text=f"not explained: {error}", tree="")
         else:
             record.update(text=str(explanation), tree=draw_ranges(explanation))

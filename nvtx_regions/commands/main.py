@@ -1,45 +1,44 @@
-"""Command line: check spec files, print the grammar, and look at ranges before the GPU run.
+"""The ``nvtx-regions`` command line: one parser, one subcommand per module, one error handler.
 
     nvtx-regions check regions.nvtx [more.nvtx ...]   # or: python -m nvtx_regions check ...
-    nvtx-regions check -                              # the spec on standard input
     nvtx-regions grammar
-    nvtx-regions capture -o timeline.json -- python train.py     # commands/capture.py
-    nvtx-regions nsys regions.nvtx -- python train.py            # commands/nsys.py
-    nvtx-regions explain regions.nvtx -- python train.py         # commands/explain.py
-    nvtx-regions compare eager.json thunder.json                  # commands/compare.py
-    nvtx-regions report nvtx_regions_report.nsys-rep              # commands/report.py
+    nvtx-regions capture -o timeline.json -- python train.py
+    nvtx-regions nsys regions.nvtx -- python train.py
+    nvtx-regions explain regions.nvtx -- python train.py
+    nvtx-regions report nvtx_regions_report.nsys-rep
+    nvtx-regions compare eager.json thunder.json
     nvtx-regions --version
+
+Each command is a module of this package (named as the command) with
+``HELP`` (its line in ``nvtx-regions --help``), ``DESCRIPTION``,
+``add_arguments(parser)`` and ``run(args) -> int``; a runner (a command that
+runs another command after ``--``) also has ``USAGE`` and ``EXAMPLE``.
+`build_parser` builds the one parser with a subparser per command;
+`command_parsers` gives each subparser, in help order (the CLI reference is
+generated from their ``format_help()``). `main` splits a runner's command off
+at the first ``--``, parses the rest with that parser (the command is then
+``args.command``), runs the command and maps errors to the exit statuses of
+`commands.status`.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
-from ..core.errors import SelectorError
-from ..language.parse import grammar_resource, grammar_text, load, parse_bytes
-from ..language.tree import render
-from ..selection.compile import compile_spec
-from .child import CommandError
+from ..core.errors import CaptureFileError, SelectorError
+from .status import EPILOG, PROBLEM_FOUND, USAGE_ERROR, UsageError
+
+__all__ = ["COMMANDS", "RUNNERS", "build_parser", "command_parsers", "main"]
+
+# In help order. A new command is a module here and a name in this tuple.
+COMMANDS = ("check", "grammar", "capture", "nsys", "explain", "report", "compare")
+# The commands that run another command, given after `--`.
+RUNNERS = ("capture", "nsys", "explain")
 
 
-# Commands that run another command after `--`; each module parses its own options.
-RUNNERS = {
-    "capture": ("capture", "run a command with NVTX capture; write a Chrome trace; print a summary"),
-    "nsys": ("nsys", "print the nsys profile command line that fits a spec"),
-    "explain": ("explain", "run a script and print explain() for each function it jits"),
-}
-
-
-def _run_command(name: str, argv: list[str]) -> int:
-    import importlib
-
-    module = importlib.import_module(f".{RUNNERS[name][0]}", __package__)
-    try:
-        return module.main(argv)
-    except (CommandError, SelectorError) as error:
-        print(f"nvtx-regions {name}: {error}", file=sys.stderr)
-        return 2
+_RUNNER_EPILOG = "COMMAND: the command to run, after `--`; everything after the first `--` is its own."
 
 
 def _version() -> str:
@@ -51,68 +50,69 @@ def _version() -> str:
         return "(not installed: running from a source tree)"
 
 
-def _read_stdin() -> bytes:
-    """The spec bytes on standard input (decoded by `parse_bytes`); `CommandError` when there is none to read."""
-    if sys.stdin is None:
-        raise CommandError("-: standard input is closed; pipe the spec in (nvtx-regions check - < spec.nvtx) or give a file")
-    try:
-        data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read()
-    except OSError as error:
-        raise CommandError(f"-: cannot read standard input ({error.strerror or error}); give a file instead") from None
-    return data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data
+def _build() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    parser = argparse.ArgumentParser(
+        prog="nvtx-regions",
+        description="Check nvtx_regions spec files; see and summarize NVTX ranges before the GPU run.",
+        epilog=EPILOG,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    subparsers = parser.add_subparsers(dest="name", required=True)
+    parsers = {}
+    for name in COMMANDS:
+        module = importlib.import_module(f".{name}", __package__)
+        sub = subparsers.add_parser(
+            name, help=module.HELP, description=module.DESCRIPTION, usage=getattr(module, "USAGE", None),
+            epilog=_RUNNER_EPILOG if name in RUNNERS else None,
+        )  # fmt: skip
+        module.add_arguments(sub)
+        sub.set_defaults(run=module.run, example=getattr(module, "EXAMPLE", None))
+        parsers[name] = sub
+    return parser, parsers
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``nvtx-regions`` parser: a subparser per command (`COMMANDS`), the exit statuses in its epilog."""
+    return _build()[0]
+
+
+def command_parsers() -> dict[str, argparse.ArgumentParser]:
+    """Each command's own parser (``prog`` is ``nvtx-regions NAME``), in help order."""
+    return _build()[1]
+
+
+def _split_child(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    """(the options, a runner's command after the first ``--``, or None when there is no ``--``)."""
+    if argv and argv[0] in RUNNERS and "--" in argv:
+        at = argv.index("--")
+        return argv[:at], argv[at + 1 :]
+    return argv, None
+
+
+def _child_command(child: list[str] | None, example: str) -> list[str]:
+    if child is None:
+        raise UsageError(f"put the command to run after `--`, for example: {example}")
+    if not child:
+        raise UsageError(f"nothing to run after `--`; give the command, for example: {example}")
+    return child
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run ``nvtx-regions ARGV``; return the exit status (`commands.status`).
+
+    ``--help``, ``--version`` and argparse's usage errors raise `SystemExit`
+    (status 0 or 2) as argparse does.
+    """
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] in RUNNERS:
-        return _run_command(argv[0], argv[1:])
-    if argv and argv[0] == "report":
-        from .report import main as report_main
-
-        return report_main(argv[1:])
-    parser = argparse.ArgumentParser(prog="nvtx-regions", description="Check nvtx_regions spec files; see and summarize NVTX ranges before the GPU run.")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
-    commands = parser.add_subparsers(dest="command", required=True)
-    check = commands.add_parser("check", help="parse and compile .nvtx files; print each rule in canonical form")
-    check.add_argument("files", nargs="+", help='.nvtx files; "-" reads the spec from standard input')
-    commands.add_parser("grammar", help="print the grammar (the one definition of the syntax)")
-    for name, (_, text) in RUNNERS.items():
-        commands.add_parser(name, help=f"{text} (nvtx-regions {name} --help)")
-    commands.add_parser("report", help="summarize nsys reports (.nsys-rep, .sqlite) or captures per range, rule and module (nvtx-regions report --help)")
-    compare = commands.add_parser("compare", help="two captures (Chrome trace JSON) or nsys reports side by side per range name")
-    compare.add_argument("a", help="the first capture: a Chrome trace JSON file (nvtx-regions capture -o A.json) or an nsys report (.nsys-rep, .sqlite)")
-    compare.add_argument("b", help="the second capture, compared with the first (ratio: b / a)")
-    compare.add_argument("--domain", help="only this NVTX domain's ranges (NVTX: the default domain)")
-    compare.add_argument("--names", nargs=2, metavar=("A", "B"), help="column names (default: the file names)")
-    args = parser.parse_args(argv)
-
-    if args.command == "compare":
-        from .compare import compare_main
-
-        return compare_main(args)
-
-    if args.command == "grammar":
-        print(f"# {grammar_resource()}")
-        print(grammar_text(), end="")
-        return 0
-    status = 0
-    for path in args.files:
-        try:
-            spec = parse_bytes(_read_stdin(), "<stdin>") if path == "-" else load(path)
-            compile_spec(spec)
-        except CommandError as error:
-            print(f"nvtx-regions check: {error}", file=sys.stderr)
-            status = 2
-            continue
-        except SelectorError as error:
-            print(error, file=sys.stderr)
-            status = 1
-            continue
-        if not spec.rules:
-            print(f"{spec.filename}: no rules (only blank lines and comments), so it selects nothing", file=sys.stderr)
-            status = 1
-            continue
-        for rule in spec.rules:
-            print(f"{spec.filename}:{rule.line}: {render(rule)}")
-    return status
-
+    options, child = _split_child(argv)
+    args = build_parser().parse_args(options)
+    try:
+        if args.name in RUNNERS:
+            args.command = _child_command(child, args.example)
+        return args.run(args)
+    except (UsageError, SelectorError) as error:
+        print(f"nvtx-regions {args.name}: {error}", file=sys.stderr)
+        return USAGE_ERROR
+    except CaptureFileError as error:
+        print(f"nvtx-regions {args.name}: {error}", file=sys.stderr)
+        return PROBLEM_FOUND

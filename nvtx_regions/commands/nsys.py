@@ -2,6 +2,7 @@
 
     nvtx-regions nsys examples/regions.nvtx -- python train.py
     nvtx-regions nsys steps.nvtx --domain my_model -- torchrun --nproc_per_node=2 train.py
+    nvtx-regions nsys steps.nvtx --domain default -- python train.py     # a transform with domain=None
 
 `nsys_command` looks only at what a spec emits at run time: the NVTX
 domain, each rule's label, whether a rule is a bare region (one range per
@@ -32,6 +33,7 @@ of specs.
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shlex
@@ -39,12 +41,21 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..selection.compile import CompiledRule, EachMarkerRule, RegionRule, compile_spec
-from ..emission.runtime import DEFAULT_DOMAIN
+from ..core.naming import DEFAULT_DOMAIN
 from ..language.tree import Spec, render
-from .child import CommandError
+from ..selection.compile import CompiledRule, EachMarkerRule, RegionRule, compile_spec
+from .domain import add_domain_option
+from .status import OK, UsageError
 
-__all__ = ["Flag", "NsysCommand", "nsys_command", "split_torchrun"]
+__all__ = [
+    "HELP", "DESCRIPTION", "USAGE", "EXAMPLE", "Flag", "NsysCommand", "add_arguments", "nsys_command", "run",
+    "split_torchrun",
+]  # fmt: skip
+
+HELP = "print the nsys profile command line that fits a spec"
+DESCRIPTION = "Print the nsys profile command line that records what SPEC selects."
+USAGE = "nvtx-regions nsys SPEC [--domain NAME] [-o REPORT] -- COMMAND..."
+EXAMPLE = "nvtx-regions nsys examples/regions.nvtx -- python train.py"
 
 GUIDE = "Nsight Systems User Guide, CLI Profile Command Switch Options"
 # The nsys versions these commands were run on (tests/test_nsys_real.py, CPU only, no GPU).
@@ -157,7 +168,7 @@ def _worker_python(command: list[str], start: int) -> str:
     script = command[0] if os.sep in command[0] else shutil.which(command[0])
     interpreter = _script_interpreter(script) if script else None
     if interpreter is None:
-        raise CommandError(
+        raise UsageError(
             f"cannot tell which Python {command[0]!r} runs its workers with (not found, or no #! line); "
             "give its path (e.g. .venv/bin/torchrun), or use PYTHON -m torch.distributed.run"
         )
@@ -168,7 +179,7 @@ def split_torchrun(command: Sequence[str]) -> tuple[list[str], list[str]] | None
     """For a torchrun command: (launcher part, the program each worker runs); else None.
 
     Uses torchrun's own argument parser, so every torchrun option form works,
-    and its errors come out as torchrun's (then `CommandError`). The worker
+    and its errors come out as torchrun's (then `UsageError`). The worker
     program is what torchrun would run: ``PYTHON -u SCRIPT ARGS``,
     ``PYTHON -u -m MODULE ARGS``, or the program itself under ``--no-python``,
     where PYTHON is ``$PYTHON_EXEC`` or torchrun's own interpreter (the one
@@ -185,7 +196,7 @@ def split_torchrun(command: Sequence[str]) -> tuple[list[str], list[str]] | None
     try:
         args = parser.parse_args(command[start:])
     except SystemExit:
-        raise CommandError(
+        raise UsageError(
             f"{parser.prog} cannot parse its arguments (its message is above); fix them, then run this again"
         ) from None
     tail = 1 + len(args.training_script_args)
@@ -251,7 +262,7 @@ def nsys_command(
         label = rule.rule.label
         for name, what in ((label, f"label {label!r} (line {rule.rule.line})"), (domain, f"domain {domain!r}")):
             if name is not None and "@" in name:
-                raise CommandError(
+                raise UsageError(
                     f"the {what} holds '@', and nsys reads --nvtx-capture as RANGE@DOMAIN; "
                     "rename it without '@' to start collecting at its range"
                 )
@@ -321,26 +332,15 @@ def nsys_command(
     return NsysCommand(tuple(argv), tuple(flags), tuple(notes))
 
 
-def main(argv: list[str]) -> int:
-    """Entry point of ``nvtx-regions nsys`` (argv after the subcommand name)."""
-    import argparse
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("spec", help="a .nvtx spec file")
+    add_domain_option(parser, f"the transform's NVTX domain (default {DEFAULT_DOMAIN})", default=DEFAULT_DOMAIN)
+    parser.add_argument("-o", "--output", default="nvtx_regions_report", help="report name (default nvtx_regions_report)")
 
-    from .child import parse_command_line
+
+def run(args: argparse.Namespace) -> int:
+    """``nvtx-regions nsys``: `args.command` is the command after ``--``."""
     from ..language.parse import load
 
-    parser = argparse.ArgumentParser(
-        prog="nvtx-regions nsys",
-        usage="nvtx-regions nsys SPEC [--domain NAME | --default-domain] [-o REPORT] -- COMMAND...",
-        description="Print the nsys profile command line that records what SPEC selects.",
-    )
-    parser.add_argument("spec", help="a .nvtx spec file")
-    parser.add_argument("--domain", default=DEFAULT_DOMAIN, help=f"the transform's NVTX domain (default {DEFAULT_DOMAIN})")
-    parser.add_argument("--default-domain", action="store_true", help="the transform uses domain=None")
-    parser.add_argument("-o", "--output", default="nvtx_regions_report", help="report name (default nvtx_regions_report)")
-    parsed = parse_command_line(parser, argv, "nvtx-regions nsys examples/regions.nvtx -- python train.py")
-    if parsed is None:
-        return 0
-    args, command = parsed
-    spec = load(args.spec)
-    print(nsys_command(spec, command, domain=None if args.default_domain else args.domain, output=args.output))
-    return 0
+    print(nsys_command(load(args.spec), args.command, domain=args.domain, output=args.output))
+    return OK

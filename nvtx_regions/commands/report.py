@@ -2,10 +2,11 @@
 
     nvtx-regions report nvtx_regions_report.nsys-rep          # or its .sqlite (nsys export --type sqlite)
     nvtx-regions report nvtx_regions_report.rank*.nsys-rep --domain nvtx_regions
+    nvtx-regions report nvtx_regions_report.nsys-rep --domain default   # NVTX's default domain
     nvtx-regions report timeline.json                          # a capture of ours, read the same way
 
 Reads Nsight Systems reports (`report.nsys_report`) or our capture's Chrome
-traces (`capture.chrome.load_chrome_trace`) and prints, for all the files
+traces (`report.chrome_trace.load_chrome_trace`) and prints, for all the files
 together:
 
 - per range: the table ``nvtx-regions capture`` prints (one row per domain and
@@ -17,37 +18,40 @@ together:
   backward one), forward and backward side by side;
 - GPU-projected time per range beside its CPU time, where the report holds
   CUDA kernels (as nsys's ``nvtxgpuproj``); otherwise a line that says so.
+
+Exit status (`commands.status`): 1 when a file cannot be read or there are
+no ranges (in the ``--domain`` asked for).
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 
-from ..core.errors import CaptureFileError
+from ..core.naming import ANY_DOMAIN
 from ..report.records import load_records, render_report
+from .domain import add_domain_option, domain_word
+from .status import OK, PROBLEM_FOUND
 
-__all__ = ["main"]
+__all__ = ["HELP", "DESCRIPTION", "add_arguments", "run"]
+
+HELP = "summarize nsys reports (.nsys-rep, .sqlite) or captures per range, rule and module"
+DESCRIPTION = (
+    "Summarize the NVTX ranges of Nsight Systems reports (.nsys-rep, or .sqlite from "
+    "'nsys export --type sqlite') or of captures (.json): per range, per rule, per module."
+)
 
 
-def main(argv: list[str]) -> int:
-    """Entry point of ``nvtx-regions report`` (argv after the subcommand name)."""
-    import argparse
-
-    parser = argparse.ArgumentParser(
-        prog="nvtx-regions report",
-        description="Summarize the NVTX ranges of Nsight Systems reports (.nsys-rep, or .sqlite from "
-        "'nsys export --type sqlite') or of captures (.json): per range, per rule, per module.",
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("files", nargs="+", help="reports, summarized together (e.g. one per collection or rank)")
-    parser.add_argument("--domain", help="only this NVTX domain's ranges")
-    args = parser.parse_args(argv)
-    try:
-        records, reports = load_records(args.files, domain=args.domain)
-    except CaptureFileError as error:
-        print(f"nvtx-regions report: {error}", file=sys.stderr)
-        return 1
+    add_domain_option(parser, "only this NVTX domain's ranges (default: every domain)", default=ANY_DOMAIN)
+
+
+def run(args: argparse.Namespace) -> int:
+    records, reports = load_records(args.files, domain=args.domain)
     print(render_report(records, reports))
     if not records:
-        print(f"nvtx-regions report: no NVTX ranges{' in domain ' + repr(args.domain) if args.domain else ''}", file=sys.stderr)
-        return 1
-    return 0
+        where = "" if args.domain is ANY_DOMAIN else f" in domain {domain_word(args.domain)!r}"
+        print(f"nvtx-regions report: no NVTX ranges{where}", file=sys.stderr)
+        return PROBLEM_FOUND
+    return OK

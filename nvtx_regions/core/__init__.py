@@ -2,7 +2,7 @@
 
 Errors and warnings (`errors`), bitsets over trace positions (`bits`), module
 calls and their chains (`calls`), the user's own NVTX markers (`markers`),
-glob matching (`globs`), and the names that
+glob matching (`globs`), the one text-table renderer (`table`), and the names that
 eager and thunder profiles must share (`naming`). Nothing here imports
 another part of nvtx_regions, torch or thunder.
 """

@@ -1,8 +1,8 @@
-"""The errors and the warning nvtx_regions raises about a user's spec, and the error about a capture file."""
+"""The errors and the warning nvtx_regions raises: about a user's spec, a capture file, and a function explained too early."""
 
 from __future__ import annotations
 
-__all__ = ["CaptureFileError", "SelectorError", "SelectorSyntaxError", "NvtxRegionsWarning"]
+__all__ = ["CaptureFileError", "NotRunYetError", "SelectorError", "SelectorSyntaxError", "NvtxRegionsWarning"]
 
 
 class SelectorError(ValueError):
@@ -47,3 +47,9 @@ class CaptureFileError(ValueError):
     cannot be read: missing, not JSON, or an event that is not a well-formed
     range. The message names the file, the event index when there is one, and
     the fix."""
+
+
+class NotRunYetError(RuntimeError):
+    """`explain()` was given a ``thunder.jit`` function that has not run yet, so
+    there is no trace to explain: call it once first. Not a spec error: the
+    same call succeeds after a run."""

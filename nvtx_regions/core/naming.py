@@ -9,14 +9,30 @@ reader (range art, reports) takes them from here.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 __all__ = [
-    "DEFAULT_DOMAIN", "BACKWARD_SUFFIX", "module_call_name", "range_message", "rule_category", "rule_color",
+    "ANY_DOMAIN", "DEFAULT_DOMAIN", "BACKWARD_SUFFIX", "in_domain", "module_call_name", "range_message",
+    "rule_category", "rule_color",
 ]  # fmt: skip
 
 # The NVTX domain of our ranges unless the user names another (None: NVTX's default domain).
 DEFAULT_DOMAIN = "nvtx_regions"
+
+
+class _AnyDomain:
+    def __repr__(self) -> str:
+        return "ANY_DOMAIN"
+
+
+# The one "every domain" value of a `domain=` filter. Everywhere else a domain is
+# its name, and None is NVTX's default domain (the NULL domain handle).
+ANY_DOMAIN: Any = _AnyDomain()
+
+
+def in_domain(domain: str | None, wanted: Any) -> bool:
+    """Whether a range of `domain` passes the filter `wanted` (a name, None: the default domain, or `ANY_DOMAIN`)."""
+    return wanted is ANY_DOMAIN or domain == wanted
 
 # What a module call's backward range adds to its forward range's message.
 BACKWARD_SUFFIX = " (backward)"

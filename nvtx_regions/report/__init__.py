@@ -1,5 +1,6 @@
 """Reports for people: `explain()` (`explanation`), the range tree drawing
-(`rangeart`), two captures side by side (`compare`), Nsight Systems reports
-read into range records (`nsys_report`), and their summary per range, rule and
-module (`records`).
+(`rangeart`), two captures side by side (`compare`), and the readers of a
+finished run's files: Chrome traces (`chrome_trace`) and Nsight Systems
+reports (`nsys_report`), both into `capture.chrome.RangeRecord` items, and
+their summary per range, rule and module (`records`).
 """

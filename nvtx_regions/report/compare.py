@@ -4,7 +4,8 @@
     rows = compare("eager.json", "thunder.json"); print(render_table(rows, "eager", "thunder"))
 
 The inputs are Chrome Trace Event Format files (what ``nvtx-regions capture
--o file.json`` writes, and what `write_chrome_trace` here writes): a JSON
+-o file.json`` writes, and `nvtx_regions.capture.write_chrome_trace`), read by
+`report.chrome_trace`, or Nsight Systems reports (`report.nsys_report`): a JSON
 object with a ``traceEvents`` list, or a bare list of events. Complete
 events (``"ph": "X"``, push/pop ranges) count, each a range named ``name``
 lasting ``dur`` microseconds, in the domain ``args.domain`` if present, else
@@ -26,13 +27,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..capture.chrome import TraceInput, complete_events, to_chrome_trace
-from ..capture.chrome import write_chrome_trace as write_trace
+from ..core.naming import ANY_DOMAIN, in_domain
+from ..core.table import text_table
+from .chrome_trace import TraceInput, complete_events
 from .nsys_report import REPORT_SUFFIXES, read_report
 
-__all__ = ["CompareRow", "compare", "load_ranges", "render_table", "write_chrome_trace", "chrome_trace"]
-
-_ANY: Any = object()
+__all__ = ["CompareRow", "compare", "load_ranges", "render_table"]
 
 
 @dataclass(frozen=True)
@@ -53,31 +53,30 @@ class CompareRow:
         return self.median_b_us / self.median_a_us
 
 
-def load_ranges(source: TraceInput, *, domain: str | None = _ANY) -> list[tuple[str | None, str, float]]:
+def load_ranges(source: TraceInput, *, domain: Any = ANY_DOMAIN) -> list[tuple[str | None, str, float]]:
     """(domain, name, duration in µs) of each complete event of a Chrome trace (a path or loaded JSON).
 
-    `domain` keeps only that domain's ranges (None: NVTX's default domain).
+    `domain` keeps only that domain's ranges (None: NVTX's default domain;
+    the default, `ANY_DOMAIN`: every domain).
     An Nsight Systems report (``.nsys-rep``, or its ``.sqlite`` export) is
     read with `report.nsys_report.read_report`.
     Raises `CaptureFileError` for a file that is missing or not a Chrome
     trace or an nsys report, naming the event for one that is not a
-    well-formed range (`nvtx_regions.capture.chrome.complete_events`).
+    well-formed range (`nvtx_regions.report.chrome_trace.complete_events`).
     """
     if isinstance(source, (str, os.PathLike)) and os.fspath(source).endswith(REPORT_SUFFIXES):
         ranges = read_report(source).ranges
-        return [(r.domain, r.message or "", r.duration_ns / 1000) for r in ranges if domain is _ANY or r.domain == domain]
-    return [
-        (event.domain, event.name, event.dur_us)
-        for event in complete_events(source)
-        if domain is _ANY or event.domain == domain
-    ]
+        return [(r.domain, r.message or "", r.duration_ns / 1000) for r in ranges if in_domain(r.domain, domain)]
+    events = complete_events(source)
+    return [(event.domain, event.name, event.dur_us) for event in events if in_domain(event.domain, domain)]
 
 
-def compare(a: TraceInput, b: TraceInput, *, domain: str | None = _ANY) -> list[CompareRow]:
+def compare(a: TraceInput, b: TraceInput, *, domain: Any = ANY_DOMAIN) -> list[CompareRow]:
     """One row per range name found in `a` or `b` (Chrome traces: paths or loaded JSON).
 
     Rows come in order of first occurrence in `a`, then the names only `b` has,
-    in their order there. `domain` restricts both sides to one NVTX domain.
+    in their order there. `domain` restricts both sides to one NVTX domain
+    (as for `load_ranges`).
     """
     durations: dict[str, tuple[list[float], list[float]]] = {}
     for side, trace in enumerate((a, b)):
@@ -117,26 +116,4 @@ def render_table(rows: Iterable[CompareRow], a: str = "a", b: str = "b") -> str:
         )
         for row in rows
     ]
-    widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(header))]
-    lines = []
-    for line in [header, *body]:
-        cells = [line[0].ljust(widths[0])] + [cell.rjust(width) for cell, width in zip(line[1:], widths[1:])]
-        lines.append("  ".join(cells).rstrip())
-    return "\n".join(lines)
-
-
-def chrome_trace(events: Iterable[Any]) -> dict[str, Any]:
-    """Captured NVTX events (`nvtx_regions.testing.NvtxEvent`) as a Chrome trace (a JSON-ready dict).
-
-    The one writer of `nvtx_regions.capture.chrome` (`to_chrome_trace`): one
-    complete event per range, named by its message, ``cat`` its domain
-    (``"NVTX"`` for the default domain), ``ts``/``dur`` in µs, ranges left
-    open flagged ``unclosed``.
-    """
-    return to_chrome_trace(events)
-
-
-def write_chrome_trace(path: str | os.PathLike[str], events: Iterable[Any]) -> None:
-    """Write `chrome_trace(events)` to `path` as JSON (streamed by `nvtx_regions.capture.chrome`)."""
-    with open(path, "w", encoding="utf-8") as stream:
-        write_trace(events, stream)
+    return text_table(header, body, "l" + "r" * 5)

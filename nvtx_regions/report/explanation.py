@@ -15,7 +15,7 @@ from typing import Any
 
 from ..selection.unselected import RuleTally
 from ..selection.compile import CompiledRule, compile_spec
-from ..core.errors import SelectorError
+from ..core.errors import NotRunYetError, SelectorError
 from ..language.parse import spec_from_arguments
 from ..core.markers import RECORD_FUNCTION
 from ..selection.markers import crossing_fusions
@@ -100,7 +100,7 @@ def _traces_of(target: Any) -> list[Any]:
     except TypeError:  # thunder: "doesn't seem to have been called yet"
         forward = None
     if not forward:
-        raise SelectorError("explain(): the compiled function has not run yet; call it once first")
+        raise NotRunYetError("explain(): the compiled function has not run yet; call it once first")
     traces = [forward[-1]]
     backward = thunder.last_backward_traces(target)
     if backward:
@@ -135,7 +135,8 @@ def explain(
     traces (forward first). The spec is `select` and/or `spec` (as for
     `NvtxProfileTransform`); with neither, the spec of the target's own
     `NvtxProfileTransform`. Raises what the transform would raise for the
-    same spec and traces.
+    same spec and traces, and `NotRunYetError` for a function that has not
+    run (there is no trace yet).
     """
     traces = _traces_of(target)
     compiled = compile_spec(_spec_of(target, select, spec))
@@ -184,7 +185,10 @@ def _rule_in_trace(rule: CompiledRule, view: TraceView, plan: Plan) -> RuleInTra
 
 def _marker_note(view: TraceView, marker: Any) -> str:
     """Where `marker` was pushed, in which domain, and the fusions that cross its boundary."""
-    domain = "the transform's domain" if marker.form == RECORD_FUNCTION else f"domain {marker.domain or 'NVTX'!r}"
+    if marker.form == RECORD_FUNCTION:
+        domain = "the transform's domain"
+    else:
+        domain = "the default domain" if marker.domain is None else f"domain {marker.domain!r}"
     note = f"{marker.form} marker pushed at {marker.place}, {domain}"
     crossing = crossing_fusions(view, marker) if view.phase == "forward" else []
     if crossing:

@@ -12,23 +12,27 @@ import re
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from ..capture.chrome import RangeRecord, load_chrome_trace
-from .nsys_report import REPORT_SUFFIXES, NsysReport, read_report
+from ..capture.chrome import RangeRecord
 from ..capture.summary import summarize
 from ..core.errors import CaptureFileError
-from ..core.naming import BACKWARD_SUFFIX
+from ..core.naming import ANY_DOMAIN, BACKWARD_SUFFIX, in_domain
+from ..core.table import text_table
+from .chrome_trace import load_chrome_trace
+from .nsys_report import REPORT_SUFFIXES, NsysReport, read_report
 
 __all__ = ["ModuleRow", "load_records", "module_rows", "render_modules", "render_report"]
 
 _MODULE_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*")
 
 
-def load_records(paths: Sequence[str], *, domain: str | None = None) -> tuple[list[RangeRecord], list[NsysReport]]:
+def load_records(paths: Sequence[str], *, domain: Any = ANY_DOMAIN) -> tuple[list[RangeRecord], list[NsysReport]]:
     """The ranges of every file in `paths` (nsys reports or capture JSON), and the nsys reports read.
 
-    domain: keep only this NVTX domain's ranges (None: all). Raises
-    `CaptureFileError` for a file that cannot be read.
+    domain: keep only this NVTX domain's ranges (None: the default domain,
+    whose records carry ``domain=None``; the default, `ANY_DOMAIN`: every
+    domain). Raises `CaptureFileError` for a file that cannot be read.
     """
     records: list[RangeRecord] = []
     reports: list[NsysReport] = []
@@ -44,7 +48,7 @@ def load_records(paths: Sequence[str], *, domain: str | None = None) -> tuple[li
                 f"{path}: not a report this reads: pass an Nsight Systems report "
                 f"({', '.join(REPORT_SUFFIXES)}) or a capture from 'nvtx-regions capture -o FILE.json'"
             )
-        records += [r for r in found if domain is None or r.domain == domain]
+        records += [r for r in found if in_domain(r.domain, domain)]
     return records, reports
 
 
@@ -89,9 +93,8 @@ def _cells(durations: Sequence[int]) -> list[str]:
 
 
 def _table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
-    lines = [head, ["-" * w for w in widths], *rows]
-    return "\n".join("  ".join(c.rjust(w) for c, w in zip(line[:-1], widths)) + "  " + line[-1] for line in lines)
+    """Numbers right-aligned, the name last, as nsys prints its tables."""
+    return text_table(head, rows, "r" * (len(head) - 1) + "l", rule=True)
 
 
 def render_modules(rows: Sequence[ModuleRow]) -> str:
