@@ -432,3 +432,50 @@ def test_readme_print_ranges_excerpt_is_the_real_output():
         return [re.sub(r"^pid \d+, thread \d+,", "pid <pid>, thread <pid>,", line) for line in lines]
 
     assert masked(shown[:-1]) == masked(real)
+
+
+# ------------------------------------------------------------------ one convention for every command
+
+
+def test_every_command_is_a_module_with_arguments_and_run():
+    import importlib
+
+    from nvtx_regions.commands.main import COMMANDS, build_parser, command_parsers
+
+    parsers = command_parsers()
+    assert list(parsers) == list(COMMANDS) == ["check", "grammar", "capture", "nsys", "explain", "report", "compare"]
+    for name, parser in parsers.items():
+        module = importlib.import_module(f"nvtx_regions.commands.{name}")
+        assert callable(module.add_arguments) and callable(module.run) and module.HELP and module.DESCRIPTION
+        assert parser.prog == f"nvtx-regions {name}" and parser.format_help().startswith("usage: nvtx-regions ")
+    text = " ".join(build_parser().format_help().split())
+    assert "exit status: 0 ok; 1 a problem found" in text and "2 a usage or spec error" in text
+
+
+def test_one_spelling_of_the_default_domain_on_every_command():
+    from nvtx_regions.commands.main import command_parsers
+    from nvtx_regions.core.naming import ANY_DOMAIN
+
+    parsers = command_parsers()
+    argv = {"compare": ["a.json", "b.json"], "report": ["r.sqlite"], "nsys": ["s.nvtx"]}
+    for name, positional in argv.items():
+        assert parsers[name].parse_args([*positional, "--domain", "default"]).domain is None
+        assert parsers[name].parse_args([*positional, "--domain", "mine"]).domain == "mine"
+    assert parsers["compare"].parse_args(argv["compare"]).domain is ANY_DOMAIN
+    assert parsers["report"].parse_args(argv["report"]).domain is ANY_DOMAIN
+    assert parsers["nsys"].parse_args(argv["nsys"]).domain == "nvtx_regions"
+    with pytest.raises(SystemExit) as exited:
+        parsers["nsys"].parse_args(["s.nvtx", "--default-domain"])  # the old second spelling is gone
+    assert exited.value.code == 2
+
+
+def test_a_spec_error_exits_2_on_every_command(tmp_path, capsys):
+    bad = tmp_path / "bad.nvtx"
+    bad.write_text("op in <linear\n", encoding="utf-8")
+    ran = tmp_path / "ran"
+    child = [sys.executable, "-c", f"open({str(ran)!r}, 'w').close()"]
+    for argv in (["check", str(bad)], ["nsys", str(bad), "--", *child], ["explain", str(bad), "--", *child]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert f"{bad}:1:14: " in err and err.count("\n") == 3, err  # the message, the line and its caret
+    assert not ran.exists()

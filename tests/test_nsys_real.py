@@ -404,6 +404,16 @@ def test_default_domain_and_open_ended_steps(tmp_path):
     assert done.returncode == 0 and "ran to the end" in done.output, done.output[-3000:]
     reports = collected(tmp_path, "open")  # steps 3 and 4 of 0..4
     assert [[(r.message, r.domain) for r in ranges] for ranges in reports] == [[("block0", None)]] * 2
+    # `report --domain default` selects them: default-domain records carry domain None (was: nothing selected).
+    sqlites = sorted(str(p) for p in tmp_path.glob("open.*.sqlite"))
+    assert [(r.message, r.domain) for r in load_records(sqlites, domain=None)[0]] == [("block0", None)] * 2
+    printed = subprocess.run([PYTHON, "-m", "nvtx_regions", "report", *sqlites, "--domain", "default"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert printed.returncode == 0, printed.stderr
+    assert re.search(r"^\s*[\d.]+\s+\d+\s+2\s.*PushPop\s+:block0$", printed.stdout, re.M), printed.stdout
+    other = subprocess.run([PYTHON, "-m", "nvtx_regions", "report", *sqlites, "--domain", "nvtx_regions"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert other.returncode == 1 and "no NVTX ranges in domain 'nvtx_regions'" in other.stderr
 
 
 # ------------------------------------------------------------------ the user's own markers (issue 15)

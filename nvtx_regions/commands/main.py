@@ -105,7 +105,12 @@ def main(argv: list[str] | None = None) -> int:
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     options, child = _split_child(argv)
-    args = build_parser().parse_args(options)
+    parser = build_parser()
+    if child is None and options and options[0] in RUNNERS:
+        # No `--`: argparse still answers --help and bad options; then the missing command is the error.
+        args, _ = parser.parse_known_args(options)
+    else:
+        args = parser.parse_args(options)
     try:
         if args.name in RUNNERS:
             args.command = _child_command(child, args.example)

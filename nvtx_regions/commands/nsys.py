@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from ..core.naming import DEFAULT_DOMAIN
 from ..language.tree import Spec, render
 from ..selection.compile import CompiledRule, EachMarkerRule, RegionRule, compile_spec
-from .domain import add_domain_option
+from .domain import DEFAULT_DOMAIN_WORD, add_domain_option
 from .status import OK, UsageError
 
 __all__ = [
@@ -212,8 +212,8 @@ def split_torchrun(command: Sequence[str]) -> tuple[list[str], list[str]] | None
 
 
 def _domain_value(domain: str | None) -> str:
-    # The guide: `default` names the default domain; commas in a name are escaped with a backslash.
-    return "default" if domain is None else domain.replace(",", "\\,")
+    # The guide: `default` names the default domain (our --domain word too); commas in a name are escaped.
+    return DEFAULT_DOMAIN_WORD if domain is None else domain.replace(",", "\\,")
 
 
 def nsys_command(
