@@ -56,3 +56,14 @@ def test_installed_package_reads_its_packaged_grammar(wheel, tmp_path):
     assert Path(location) == packaged
     assert marked == "True"
     assert rendered == "a: op in <linear>"
+
+
+def test_installed_command_line_has_every_command(wheel, tmp_path):
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
+                   check=True, capture_output=True)  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    result = subprocess.run([sys.executable, "-m", "nvtx_regions", "--help"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, check=True)  # fmt: skip
+    assert "{check,grammar,capture,nsys,explain,report,compare}" in result.stdout
+    assert "exit status: 0 ok" in result.stdout
