@@ -43,12 +43,14 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..capture.chrome import ProcessInfo
-from ..capture.directory import DirectoryTrace, write_directory_trace
-from ..capture.inject import ENV_DIR, ENV_INJECTION, ENV_MODE
 from .child import ended, private_tempdir, run_child
 from .status import PROBLEM_FOUND, UsageError, child_status
+
+if TYPE_CHECKING:
+    from ..capture.chrome import ProcessInfo
+    from ..capture.directory import DirectoryTrace
 
 __all__ = ["HELP", "DESCRIPTION", "USAGE", "EXAMPLE", "CaptureOutcome", "add_arguments", "run", "run_capture"]
 
@@ -133,6 +135,8 @@ def check_raw_dir(raw_dir: str) -> Path:
 
 def _write_trace(directory: Path, output: Path, by: str) -> DirectoryTrace:
     """Write the trace next to `output`, then rename it there: `output` is whole or untouched."""
+    from ..capture.directory import write_directory_trace
+
     partial = output.with_name(f".{output.name}.{os.getpid()}.partial")
     try:
         with open(partial, "w", encoding="utf-8") as stream:
@@ -163,6 +167,8 @@ def run_capture(
     command cannot start or the tool cannot be built.
     """
     from ..capture.build import CaptureUnavailable, build_tool
+    from ..capture.directory import write_directory_trace
+    from ..capture.inject import ENV_DIR, ENV_INJECTION, ENV_MODE
 
     try:
         tool = build_tool()

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 from ..core.naming import ANY_DOMAIN
-from ..report.compare import compare, load_ranges, render_table
 from .domain import add_domain_option, domain_word
 from .status import OK, PROBLEM_FOUND
 
@@ -29,6 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..report.compare import compare, render_table
+
     names = args.names or [Path(args.a).stem, Path(args.b).stem]
     if names[0] == names[1]:
         names = [args.a, args.b]
@@ -42,6 +43,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _nothing_to_compare(args: argparse.Namespace) -> str:
     """Why there are no rows: no ranges at all, or none in the domain asked for (naming those there are)."""
+    from ..report.compare import load_ranges
+
     present = set() if args.domain is ANY_DOMAIN else {d for path in (args.a, args.b) for d, _, _ in load_ranges(path)}
     if not present:
         return "no complete ('ph': 'X') range events in either file"

@@ -29,7 +29,6 @@ import argparse
 import sys
 
 from ..core.naming import ANY_DOMAIN
-from ..report.records import load_records, render_report
 from .domain import add_domain_option, domain_word
 from .status import OK, PROBLEM_FOUND
 
@@ -48,6 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..report.records import load_records, render_report
+
     records, reports = load_records(args.files, domain=args.domain)
     print(render_report(records, reports))
     if not records:
