@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import warnings
+from pathlib import Path
 
 import pytest
 import thunder
@@ -23,7 +24,7 @@ from nvtx_regions.attribution.recording import install_module_recorder, uninstal
 from nvtx_regions.attribution.traceview import TraceView
 from nvtx_regions.internals import patches, recorder, versions
 
-NET = '''
+
 class Net(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -59,8 +60,7 @@ def attribution():
         for op, chain, markers in zip(view.ops, view.module_chains, view.marker_stacks)
     ]
     return ops, bool(torch.equal(out, net(x)))
-'''
-exec(NET)
+
 
 # Every op of Net's forward: the module that ran it, and the marker open around it.
 ATTRIBUTED = [["linear", "fc1", ["block"]], ["gt", "", ["block"]], ["where", "", ["block"]], ["linear", "fc2", []]]
@@ -94,27 +94,27 @@ def pristine():
 
 def test_import_patches_nothing_and_the_first_transform_installs():
     code = textwrap.dedent(
-        """
-        import json, torch, thunder
-        from thunder.core.transform_common import Transform
-        {net}
-        {state}
-        {same}
-        before = thunder_state()
-        import nvtx_regions, nvtx_regions.emission.transform, nvtx_regions.attribution.recording
-        from nvtx_regions.attribution.traceview import TraceView
-        from nvtx_regions.internals import patches
-        result = {{"import": same(thunder_state(), before)}}
+        f"""
+        import json, sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from thunder.core.jit_ext import _general_jit_lookaside_map
+        from thunder.core.trace import TraceCtx
+        from thunder.dynamo.compiler import ThunderCompiler
+
+        before = (vars(TraceCtx)["set_current_source_location"], dict(_general_jit_lookaside_map), vars(ThunderCompiler)["__call__"])
+        import test_internals as t  # imports nvtx_regions' attribution and internals
+        import nvtx_regions, nvtx_regions.emission.transform
+        result = {{"import": t.same(t.thunder_state(), before)}}
         nvtx_regions.NvtxProfileTransform("all")
-        after = thunder_state()
+        after = t.thunder_state()
         result["installed"] = [after[0] is not before[0], after[1] != before[1], after[2] is not before[2]]
         result["wrapped"] = after[0].__wrapped__ is before[0] and after[2].__wrapped__ is before[2]
-        result["fresh"] = attribution()
-        patches.uninstall()
-        result["uninstalled"] = same(thunder_state(), before)
+        result["fresh"] = t.attribution()
+        t.patches.uninstall()
+        result["uninstalled"] = t.same(t.thunder_state(), before)
         print(json.dumps(result))
         """
-    ).format(net=NET, state=textwrap.dedent(_source(thunder_state)), same=_source(same))
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -125,12 +125,6 @@ def test_import_patches_nothing_and_the_first_transform_installs():
         "fresh": [ATTRIBUTED, True],
         "uninstalled": True,
     }
-
-
-def _source(fn) -> str:
-    import inspect
-
-    return inspect.getsource(fn)
 
 
 def test_uninstall_restores_exactly_and_install_again_attributes(pristine):

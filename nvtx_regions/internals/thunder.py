@@ -1,9 +1,13 @@
 """Thunder's trace objects: what its bound symbols carry and how ours are built.
 
 Reads what the module recorder (`recorder`) left on each bound symbol's
-``source_filename``, which thunder's passes copy along, and the tags and
-argument layout thunder gives a trace; builds the bound symbols the
-transform inserts.
+``source_filename``, and the tags and argument layout thunder gives a trace;
+builds the bound symbols the transform inserts.
+
+The records: thunder 0.2.6 copies ``source_filename`` along through its
+passes (decompositions, the grad transform, executors), and keeps a fusion's
+parts in ``subsymbols`` (``bsym.sym.is_fusion``). Without that, only ops
+recorded as they are keep a module, and fusions have none.
 """
 
 from __future__ import annotations
