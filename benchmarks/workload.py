@@ -70,6 +70,9 @@ class Recorder(Transform):
     """Keeps the traces thunder hands post-optimization transforms; changes nothing."""
 
     def __init__(self) -> None:
+        from nvtx_regions.attribution.recording import install_module_recorder
+
+        install_module_recorder()  # as NvtxProfileTransform does: the traces carry module calls
         self.calls: list[tuple[Any, dict]] = []
 
     def transform_trace_post_optimization(self, trace, **kwargs):

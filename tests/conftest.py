@@ -71,6 +71,10 @@ class Recorder:
     def __new__(cls):
         from thunder.core.transform_common import Transform
 
+        from nvtx_regions.attribution.recording import install_module_recorder
+
+        install_module_recorder()  # as NvtxProfileTransform does: its traces carry module calls and markers
+
         class _Recorder(Transform):
             def __init__(self):
                 self.traces = []

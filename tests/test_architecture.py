@@ -233,3 +233,98 @@ def test_a_pass_missing_a_node_type_is_reported():
         from nvtx_regions.language.tree import Reads
 
         Partial().visit(Reads(("x",)))
+
+
+# -- private reaches stay in nvtx_regions.internals ----------------------------
+
+# What nvtx_regions.internals reaches for (attribute, keyword and imported names):
+# frame walks, referrer searches, thunder's interpreter and JIT state, private
+# torch and nvtx functions, torch.fx and dynamo records.
+PRIVATE_NAMES = frozenset({
+    "_getframe", "get_referrers", "f_back", "f_locals", "_lib", "jit_ext", "_call_ctx", "_C", "_nvtx",
+    "_dynamo", "_inductor", "_functorch", "_general_jit_lookaside_map", "interpreter_needs_wrap",
+    "get_interpreterruntimectx", "frame_stack", "localsplus", "get_jit_ctx", "_computation_trace",
+    "get_compile_data", "_execution_engine", "_current_graph_task_id", "_current_autograd_node",
+    "_is_full_backward_hook", "_lineno_map", "compile_subgraph_reason",
+})  # fmt: skip
+# Modules whose every use is a reach (besides any dotted path with a private part).
+PRIVATE_MODULES = ("thunder.core.jit_ext", "thunder.core.interpreter", "thunder.core.compile_data")
+FOREIGN = ("thunder", "torch", "nvtx")
+
+
+def _private_module(name: str) -> bool:
+    parts = name.split(".")
+    if parts[0] not in FOREIGN:
+        return False
+    return any(part.startswith("_") or part in PRIVATE_NAMES for part in parts[1:]) or any(
+        name == m or name.startswith(m + ".") for m in PRIVATE_MODULES
+    )
+
+
+def private_reaches(path: Path) -> list[str]:
+    """``line: what`` for each private reach in a module's source (attribute, keyword and import names)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in PRIVATE_NAMES:
+            found.append(f"{node.lineno}: .{node.attr}")
+        elif isinstance(node, ast.keyword) and node.arg in PRIVATE_NAMES:
+            found.append(f"{node.value.lineno}: {node.arg}=")
+        elif isinstance(node, ast.Import):
+            found += [f"{node.lineno}: import {a.name}" for a in node.names if _private_module(a.name)]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            foreign = node.module.split(".")[0] in FOREIGN
+            for alias in node.names:
+                if (
+                    _private_module(node.module)
+                    or alias.name in PRIVATE_NAMES
+                    or (foreign and alias.name.startswith("_") and not alias.name.startswith("__"))
+                    or _private_module(f"{node.module}.{alias.name}")
+                ):
+                    found.append(f"{node.lineno}: from {node.module} import {alias.name}")
+    return found
+
+
+def test_private_reaches_only_in_internals():
+    reaches = {
+        name: found
+        for name, path in modules().items()
+        if layer(name) != "internals" and (found := private_reaches(path))
+    }
+    assert reaches == {}, "private reaches outside nvtx_regions/internals/ (move them there, with the version checked)"
+
+
+def test_the_private_reach_finder_finds_planted_reaches(tmp_path):
+    planted = tmp_path / "planted.py"
+    planted.write_text(
+        "import sys, gc, torch\n"
+        "import torch._dynamo\n"
+        "from nvtx._lib.lib import push_range\n"
+        "from torch.autograd.function import _SingleLevelFunction\n"
+        "from thunder.core.jit_ext import get_jit_ctx\n"
+        "from thunder.core import interpreter\n"
+        "from sys import _getframe\n"
+        "def f(symbol):\n"
+        "    frame = sys._getframe(1)\n"
+        "    gc.get_referrers(frame)\n"
+        "    torch._C._current_graph_task_id()\n"
+        "    return BoundSymbol(symbol, _call_ctx={})\n"
+    )
+    found = private_reaches(planted)
+    assert sorted(int(line.split(":")[0]) for line in found) == [2, 3, 4, 5, 6, 7, 9, 10, 11, 11, 12], found
+    clean = tmp_path / "clean.py"
+    clean.write_text(
+        "import sys, torch\nfrom thunder.core.trace import TraceCtx\nfrom ..internals.frames import caller_line\n"
+        "def f(self):\n    return self._private, torch.nn.Module, sys.modules, TraceCtx.__dict__\n"
+    )
+    assert private_reaches(clean) == []
+
+
+# -- size --------------------------------------------------------------------
+
+MAX_LINES = 450
+
+
+def test_no_module_is_over_450_lines():
+    long = {name: n for name, path in modules().items() if (n := len(path.read_text().splitlines())) > MAX_LINES}
+    assert long == {}, f"modules over {MAX_LINES} lines (split them by concern)"

@@ -25,7 +25,7 @@ from torch.overrides import TorchFunctionMode
 import thunder
 from conftest import make_gpt, gpt_inputs
 from nvtx_regions import NvtxRegionsWarning
-from nvtx_regions.internals.thunder import install_module_recorder
+from nvtx_regions.attribution.recording import install_module_recorder
 from nvtx_regions.attribution.traceview import TraceView
 from nvtx_regions.core.markers import RECORD_FUNCTION, common_markers
 

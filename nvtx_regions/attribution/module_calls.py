@@ -3,7 +3,7 @@ and the attribution rules for forward and backward traces.
 
 Promises:
 - Forward: an op belongs to the innermost module whose ``forward`` was running
-  when thunder recorded it (recorded by `internals.thunder`); a fusion belongs
+  when thunder recorded it (recorded by `internals.recorder`); a fusion belongs
   to the deepest module call that contains all its parts.
 - Backward: every op gets a set of *forward origins* (positions of forward
   ops), by this data-flow rule, and belongs to the deepest module call that

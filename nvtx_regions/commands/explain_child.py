@@ -30,6 +30,8 @@ import os
 import sys
 from typing import Any
 
+from ..internals.frames import caller_line
+
 ENV_SPEC = "NVTX_REGIONS_EXPLAIN_SPEC"
 ENV_OUT = "NVTX_REGIONS_EXPLAIN_OUT"
 ENV_MAX_OPS = "NVTX_REGIONS_EXPLAIN_MAX_OPS"
@@ -77,12 +79,12 @@ def _patch(thunder: Any) -> None:
             transforms.append(NvtxProfileTransform(spec=spec))
         kwargs["transforms"] = transforms
         jitted = original(fn, *args, **kwargs)
-        caller = sys._getframe(1)
+        filename, line = caller_line()
         _jitted.append(
             {
                 "function": jitted,
                 "name": _name_of(fn),
-                "where": f"{os.path.relpath(caller.f_code.co_filename)}:{caller.f_lineno}",
+                "where": f"{os.path.relpath(filename)}:{line}",
                 "own_transform": own,
             }
         )

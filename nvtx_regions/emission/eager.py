@@ -49,7 +49,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..internals.thunder import autograd_internals, full_backward_hook_flag, restore_full_backward_hook_flag
+from ..internals.autograd import autograd_internals, full_backward_hook_flag, restore_full_backward_hook_flag
 from ..core.naming import DEFAULT_DOMAIN, module_call_name, range_message, rule_category, rule_color
 from ..core.globs import name_matcher, path_matcher
 from ..language.parse import parse, spec_from_arguments

@@ -15,7 +15,8 @@ import sys
 import weakref
 from typing import Any
 
-from ..internals.thunder import backward_follows, is_thunderfx_subgraph
+from ..internals.frames import backward_follows
+from ..internals.thunderfx import is_thunderfx_subgraph
 from ..attribution.traceview import TraceView
 from ..core.errors import SelectorError
 from ..selection.compile import CompiledSpec

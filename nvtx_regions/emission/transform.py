@@ -24,7 +24,8 @@ from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx, TraceProvenance, TraceTag
 from thunder.core.transform_common import Transform
 
-from ..internals.thunder import ignored_jit_keyword, install_module_recorder
+from ..internals.frames import ignored_jit_keyword
+from ..attribution.recording import install_module_recorder
 from ..attribution.traceview import TraceView, one_line
 from ..core.calls import chain_message
 from ..core.errors import NvtxRegionsWarning, SelectorError
@@ -36,10 +37,6 @@ from ..selection.plan import Plan, make_plan
 from .nothing_selected import NothingSelectedCheck
 from .rewrite import annotate_trace
 from .runtime import Domain
-
-# Module attribution needs the modules running while thunder traces: record
-# them for every function jitted after this import.
-install_module_recorder()
 
 MESSAGE_STYLES = ("python", "module")
 
@@ -132,6 +129,9 @@ class NvtxProfileTransform(Transform):
 
     def _setup(self, spec: Spec) -> None:
         """Compile `spec` and start with no traces seen (from `__init__` and from a copy)."""
+        # Module attribution needs the modules running while thunder traces,
+        # which starts after this (or after unpickling): record them from now on.
+        install_module_recorder()
         self.spec: Spec = spec
         self.compiled: CompiledSpec = compile_spec(spec)
         text = render(self.spec).replace("\n", "; ")

@@ -16,41 +16,11 @@ from typing import Any, Iterator, Union, get_args
 from .grammar import syntax
 
 __all__ = [
-    "Spec",
-    "Rule",
-    "Or",
-    "And",
-    "Not",
-    "OpIn",
-    "Reads",
-    "Between",
-    "Forward",
-    "Backward",
-    "BackwardOf",
-    "All",
-    "RankIn",
-    "Steps",
-    "ModuleIn",
-    "ClassIn",
-    "EachModule",
-    "EachClass",
-    "MarkerIn",
-    "EachMarker",
-    "Source",
-    "Proxy",
-    "First",
-    "Last",
-    "Expr",
-    "Endpoint",
-    "conjuncts",
-    "KEYWORDS",
-    "EXPR_TYPES",
-    "NODE_TYPES",
-    "Visitor",
-    "render",
-    "walk",
-    "depth",
-]
+    "Spec", "Rule", "Or", "And", "Not", "OpIn", "Reads", "Between", "Forward", "Backward", "BackwardOf", "All",
+    "RankIn", "Steps", "ModuleIn", "ClassIn", "EachModule", "EachClass", "MarkerIn", "EachMarker", "Source",
+    "Proxy", "First", "Last", "Expr", "Endpoint", "conjuncts", "KEYWORDS", "EXPR_TYPES", "NODE_TYPES",
+    "Visitor", "render", "walk", "depth",
+]  # fmt: skip
 
 # Words the grammar reserves (derived from it); a label or proxy spelled like
 # one must be quoted.

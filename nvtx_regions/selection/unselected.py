@@ -167,8 +167,8 @@ class _WhyNothing(Visitor):
         if not pushed:
             return [
                 "no marker was pushed in these traces: nvtx_regions records the model's own torch.cuda.nvtx, nvtx "
-                "and record_function markers while thunder traces, so import nvtx_regions.emission.transform (or "
-                "create the NvtxProfileTransform) before the first call; under ThunderFX torch.compile runs them "
+                "and record_function markers while thunder traces, so create the NvtxProfileTransform before "
+                "thunder.jit or its first call; under ThunderFX torch.compile runs them "
                 "outside thunder"
             ]
         with_ops = {m for view in self.views for stack in view.marker_stacks for m in stack}
@@ -199,7 +199,7 @@ class _WhyNothing(Visitor):
         if not classes:
             return [
                 "no op of these traces has a module: nvtx_regions records modules while thunder traces, "
-                "so import nvtx_regions.emission.transform (or create the NvtxProfileTransform) before the first call"
+                "so create the NvtxProfileTransform before thunder.jit or its first call"
             ]
         names = sorted(p for p in classes if p) if by_path else sorted(set(classes.values()))
         what = "module" if by_path else "class"

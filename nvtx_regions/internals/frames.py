@@ -1,0 +1,77 @@
+"""Frame walks and referrer searches: what the caller of a function is doing,
+found where no public API says it."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+__all__ = ["backward_follows", "ignored_jit_keyword", "caller_line", "outside_package"]
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def caller_line(depth: int = 1) -> tuple[str, int]:
+    """(filename, line) of the frame `depth` levels above the caller (1: the caller's caller).
+
+    CPython 3.11 and 3.12: ``sys._getframe``. Without it the explain child
+    could not say where the user called ``thunder.jit``.
+    """
+    frame = sys._getframe(depth + 1)
+    return frame.f_code.co_filename, frame.f_lineno
+
+
+def outside_package() -> int:
+    """The ``stacklevel`` that makes the caller's ``warnings.warn`` name the first frame outside nvtx_regions.
+
+    CPython 3.11 and 3.12: ``sys._getframe``. Without it a warning from deep
+    inside the package would name one of its own lines, not the user's.
+    """
+    frame, level = sys._getframe(1), 1
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def backward_follows() -> bool:
+    """Whether thunder will hand this transform a backward trace after this forward.
+
+    thunder 0.2.6 calls post-optimization transforms from
+    ``apply_transforms_and_build_cache_entry`` with the backward trace in a
+    local; a forward tagged AUGMENTED_FORWARD under ``torch.no_grad`` gets
+    none. If that frame is not found, assume a backward follows (the check
+    then runs at the next compilation instead).
+    """
+    frame = sys._getframe(1)
+    for _ in range(8):
+        if frame is None:
+            break
+        if frame.f_code.co_name == "apply_transforms_and_build_cache_entry" and "backward_trc" in frame.f_locals:
+            return frame.f_locals["backward_trc"] is not None
+        frame = frame.f_back
+    return True
+
+
+def ignored_jit_keyword(transform: Any) -> tuple[str, str] | None:
+    """(function name, keyword) when `transform` sits in a thunder.jit compile option other than transforms=.
+
+    thunder 0.2.6 keeps ``thunder.jit``'s unknown keyword arguments in
+    ``CompileData.compile_options`` and never reads them. This looks for the
+    transform there (alone or in a list or tuple) through `gc.get_referrers`;
+    without this, the exit warning only lacks the function's name.
+    """
+    import gc
+
+    holders = [transform] + [r for r in gc.get_referrers(transform) if isinstance(r, (list, tuple))]
+    for holder in holders:
+        for options in gc.get_referrers(holder):
+            if not isinstance(options, dict):
+                continue
+            for owner in gc.get_referrers(options):
+                if type(owner).__name__ == "CompileData" and getattr(owner, "compile_options", None) is options:
+                    key = next((k for k, v in options.items() if v is holder), None)
+                    if key is not None:
+                        fn = getattr(owner, "fn", None)
+                        return getattr(fn, "__name__", type(fn).__name__), key
+    return None

@@ -1,0 +1,192 @@
+"""Every change nvtx_regions makes to thunder, installed when first needed and
+undone by `uninstall`.
+
+`install(markers)` applies each patch of `PATCHES` once per process (the
+first `NvtxProfileTransform` does it, through
+`attribution.recording.install_module_recorder`); importing nvtx_regions
+changes nothing. A patch that cannot be applied, or that fails while thunder
+traces, gives one `NvtxRegionsWarning` saying what is lost; thunder's own work
+goes on unchanged. `uninstall()` puts back exactly what was there.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..core.errors import NvtxRegionsWarning
+from .frames import outside_package
+from .lookasides import MarkerRecorder, library_files, marker_lookasides
+from .recorder import attributed
+from .thunderfx import marker_break
+from .versions import check_versions
+
+__all__ = ["Patch", "PATCHES", "install", "uninstall", "installed"]
+
+_MISSING = object()
+
+
+class _Undo:
+    """The changes one patch made, to put back in reverse order."""
+
+    def __init__(self) -> None:
+        self._steps: list[Callable[[], None]] = []
+
+    def setattr(self, owner: Any, name: str, value: Any) -> None:
+        before = vars(owner).get(name, _MISSING)
+        self._steps.append(lambda: delattr(owner, name) if before is _MISSING else setattr(owner, name, before))
+        setattr(owner, name, value)
+
+    def setitem(self, mapping: dict, key: Any, value: Any) -> None:
+        before = mapping.get(key, _MISSING)
+        self._steps.append(lambda: mapping.pop(key, None) if before is _MISSING else mapping.__setitem__(key, before))
+        mapping[key] = value
+
+    def restore(self) -> None:
+        while self._steps:
+            self._steps.pop()()
+
+
+@dataclass(frozen=True)
+class Patch:
+    """One change to thunder: its name, what is lost without it, and how to apply it."""
+
+    name: str
+    lost: str
+    apply: Callable[[_Undo, MarkerRecorder], None]
+
+
+def _source_location(undo: _Undo, markers: MarkerRecorder) -> None:
+    # thunder 0.2.6 (thunder/core/trace.py; its caller per torch op is
+    # jit_ext.record_source_loc_in_symbol_header; Symbol.bind copies the
+    # filename into BoundSymbol.source_filename). See `recorder`.
+    from thunder.core.trace import TraceCtx
+
+    original = TraceCtx.set_current_source_location
+
+    def set_current_source_location(self, filename, positions):
+        if filename is not None:
+            try:
+                filename = attributed(filename, self)
+            except Exception as error:  # thunder's tracing goes on without the annotation
+                _failed(PATCHES[0], error)
+        return original(self, filename, positions)
+
+    set_current_source_location.__wrapped__ = original  # type: ignore[attr-defined]
+    undo.setattr(TraceCtx, "set_current_source_location", set_current_source_location)
+
+
+def _marker_lookasides(undo: _Undo, markers: MarkerRecorder) -> None:
+    from thunder.core.jit_ext import _general_jit_lookaside_map  # see `lookasides.marker_lookasides`
+
+    for api, lookaside in marker_lookasides(markers).items():
+        undo.setitem(_general_jit_lookaside_map, api, lookaside)
+
+
+def _thunderfx_compiler(undo: _Undo, markers: MarkerRecorder) -> None:
+    # thunder 0.2.6: ThunderFX's torch.compile backend is ThunderCompiler.__call__(gm, sample_args).
+    try:
+        from thunder.dynamo.compiler import ThunderCompiler
+    except ImportError:  # a thunder without ThunderFX: nothing to patch, nothing lost
+        return
+    original = ThunderCompiler.__call__
+
+    def __call__(self, gm, sample_args):
+        found = None
+        try:
+            found = marker_break(gm, library_files())
+        except Exception as error:  # compilation goes on without the hint
+            _failed(PATCHES[2], error)
+        if found is not None:
+            markers.graph_break(*found)
+        return original(self, gm, sample_args)
+
+    __call__.__wrapped__ = original  # type: ignore[attr-defined]
+    undo.setattr(ThunderCompiler, "__call__", __call__)
+
+
+PATCHES = (
+    Patch(
+        "thunder.core.trace.TraceCtx.set_current_source_location",
+        "no op records its module calls or the markers open around it: `module`, `class`, `each module` "
+        "and `marker` rules select nothing",
+        _source_location,
+    ),
+    Patch(
+        "thunder's JIT lookaside map (thunder.core.jit_ext._general_jit_lookaside_map) for the NVTX marker APIs",
+        "the model's own NVTX markers are not recorded (`marker` rules select nothing), run only once while "
+        "thunder traces, and record_function makes thunder.jit fail",
+        _marker_lookasides,
+    ),
+    Patch(
+        "thunder.dynamo.compiler.ThunderCompiler.__call__",
+        "no warning says when torch.compile breaks its graph at one of the model's NVTX markers",
+        _thunderfx_compiler,
+    ),
+)
+
+_lock = threading.Lock()
+_installed = False
+_applied: list[tuple[Patch, _Undo]] = []
+_reported: set[str] = set()
+_PROCEED = (
+    "nvtx_regions was checked on thunder 0.2.6 and torch 2.11; install those, or drop the rules that need it "
+    "(ranges per op and `op`/`name` rules still work)"
+)
+
+
+def install(markers: MarkerRecorder) -> None:
+    """Apply every patch of `PATCHES` (once; later calls do nothing until `uninstall`).
+
+    `markers` records the model's NVTX markers while thunder traces. Checks
+    the thunder and torch versions first (`versions.check_versions`).
+    """
+    global _installed
+    with _lock:
+        if _installed:
+            return
+        check_versions()
+        for patch in PATCHES:
+            undo = _Undo()
+            try:
+                patch.apply(undo, markers)
+            except Exception as error:
+                undo.restore()
+                warnings.warn(
+                    f"nvtx_regions cannot patch {patch.name} ({type(error).__name__}: {error}), so {patch.lost}. "
+                    f"{_PROCEED}",
+                    NvtxRegionsWarning,
+                    stacklevel=outside_package(),
+                )
+            else:
+                _applied.append((patch, undo))
+        _installed = True
+
+
+def uninstall() -> None:
+    """Undo every patch `install` applied, restoring exactly what was there; `install` may run again."""
+    global _installed
+    with _lock:
+        while _applied:
+            _applied.pop()[1].restore()
+        _installed = False
+
+
+def installed() -> tuple[str, ...]:
+    """The names of the patches in place now."""
+    return tuple(patch.name for patch, _ in _applied)
+
+
+def _failed(patch: Patch, error: Exception) -> None:
+    """Report, once per patch per process, that `patch` failed while thunder worked."""
+    if patch.name in _reported:
+        return
+    _reported.add(patch.name)
+    warnings.warn(
+        f"nvtx_regions: {patch.name} failed ({type(error).__name__}: {error}); for what thunder compiles "
+        f"while this happens, {patch.lost}. {_PROCEED}",
+        NvtxRegionsWarning,
+        stacklevel=outside_package(),
+    )
