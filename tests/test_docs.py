@@ -95,11 +95,12 @@ def test_quickstart_is_two_commands_and_ci_runs_them_verbatim():
 
 
 def command_argvs(command: str) -> list[list[str]]:
-    """The ``.venv/bin/...`` parts of a shell command line, as argvs for this interpreter."""
+    """The ``.venv/bin/python`` and ``.venv/bin/nvtx-regions`` parts of a shell command line (not the
+    set-up before them), as argvs for this interpreter."""
     from readme_before_gpu import argv_of
 
     parts = [p.strip() for p in command.replace("\\\n", " ").strip().split("&&")]
-    return [argv_of(p, "timeline.json") for p in parts if p.startswith(".venv/bin/")]
+    return [argv_of(p, "timeline.json") for p in parts if p.split()[0] in (".venv/bin/python", ".venv/bin/nvtx-regions")]
 
 
 @functools.lru_cache(maxsize=None)
