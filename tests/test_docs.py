@@ -327,7 +327,7 @@ def test_cli_check_reports_errors_with_location(tmp_path):
     bad = tmp_path / "bad.nvtx"
     bad.write_text("ok: all\nop in <linear\n", encoding="utf-8")
     result = run([sys.executable, "-m", "nvtx_regions", "check", str(bad)])
-    assert result.returncode != 0
+    assert result.returncode == 1
     assert result.stderr.startswith(f'{bad}:2:14: expected "," or ">" to close the "<" list, got end of input')
     good = run([sys.executable, "-m", "nvtx_regions", "check", "examples/regions.nvtx"])
     assert good.returncode == 0 and "examples/regions.nvtx:7: embed: op in <embedding>" in good.stdout
