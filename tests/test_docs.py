@@ -249,9 +249,12 @@ def test_torchrun_examples_run(index, tmp_path):
     page, line, body = blocks("torchrun")[index]
     script = tmp_path / "example.py"
     script.write_text(body, encoding="utf-8")
-    result = run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script)], env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])})
+    logs = tmp_path / "logs"  # each rank's stdout in a file of its own (on one stream they interleave)
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "--log-dir", str(logs), "--redirects", "1", str(script)]
+    result = run(argv, env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])})
     assert result.returncode == 0, f"{name(page)}:{line}\n{result.stderr[-3000:]}"
-    assert sorted(line.split()[0] for line in result.stdout.splitlines() if line[:1].isdigit()) == ["0", "0", "1", "1"]
+    outs = sorted(path.read_text() for path in logs.rglob("stdout.log"))
+    assert [[line.split()[0] for line in out.splitlines()] for out in outs] == [["0", "0"], ["1", "1"]], outs
 
 
 # ------------------------------------------------------------------ the trace excerpt
