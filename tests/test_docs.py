@@ -261,12 +261,13 @@ def test_torchrun_examples_run(index, tmp_path):
 
 
 def trace_excerpt(stdout: str) -> str:
-    """The excerpt of the printed forward trace api.md shows: 4 lines of code from the one that opens
-    the `ffn` region (thunder's blank lines and source comments left out)."""
+    """The excerpt of the printed forward trace api.md shows: its code from the function's first line
+    to the line after the first pop (thunder's blank lines and comments left out)."""
     lines = stdout.splitlines()
-    start = next(i for i, line in enumerate(lines) if re.search(r"""["']ffn["']""", line))
-    code = [line for line in lines[start:] if line.strip() and not line.lstrip().startswith("#")]
-    return "\n".join(code[:4])
+    start = next(i for i, line in enumerate(lines) if line.startswith("def computation("))
+    code = [line for line in lines[start + 1 :] if line.strip() and not line.lstrip().startswith("#")]
+    first_pop = next(i for i, line in enumerate(code) if "pop" in line.split("#")[0])
+    return "\n".join(code[: first_pop + 2])
 
 
 def test_trace_excerpt_is_the_real_trace(session):
