@@ -10,8 +10,8 @@ A fenced block runs when an HTML comment before it says how:
   `NvtxRegionsWarning` it does not catch itself.
 - ``<!-- test: torchrun -->`` (python): the block is a script, run under torchrun on 2 CPU ranks.
 - ``<!-- test: command -->`` (bash): each ``.venv/bin/...`` part of the command line runs.
-- ``<!-- test: specs -->`` (text): each line is a spec; on the quickstart's model every rule of
-  it must select something (`explain`).
+- ``<!-- test: specs -->`` (text): each line is a spec; on the model of README's first example
+  (the quickstart's), run once, every rule of it must select something (`explain`).
 - ``<!-- test: file PATH -->`` (text): the lines of PATH, its comments and blank lines left out.
 - ``<!-- test: quickstart output -->``, ``print_ranges excerpt``, ``trace excerpt``: output
   shown on a page, compared with a real run.
@@ -31,6 +31,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import lark
@@ -110,8 +111,13 @@ def command_result(argv: tuple[str, ...]) -> subprocess.CompletedProcess:
 
 
 def all_command_argvs() -> list[tuple[str, ...]]:
+    """Each distinct command of the `command` blocks, except those tests/test_readme_before_gpu.py runs."""
+    from readme_before_gpu import COMMANDS
+
     seen: dict[tuple[str, ...], None] = {}
     for _, _, body in blocks("command"):
+        if body.strip() in COMMANDS.values():
+            continue
         for argv in command_argvs(body):
             seen[tuple(argv)] = None
     return list(seen)
@@ -163,9 +169,10 @@ import thunder
 checks = {"thunder.dynamo after import thunder": "thunder.dynamo" in sys.modules or hasattr(thunder, "dynamo")}
 
 todo = json.load(open(sys.argv[1]))
-results = {}
+results, namespaces = {}, {}
 for page, page_blocks in todo["pages"].items():
     out, error, namespace = io.StringIO(), None, {"__name__": "__main__"}
+    namespaces[page] = namespace
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with contextlib.redirect_stdout(out):
@@ -179,14 +186,9 @@ for page, page_blocks in todo["pages"].items():
 
 specs = {}
 if todo["specs"]:
-    import torch
-    from thunder.tests.nanogpt_model import GPT, GPTConfig
-    from nvtx_regions import NvtxProfileTransform, explain
+    from nvtx_regions import explain
 
-    torch.manual_seed(0)
-    model = GPT(GPTConfig(block_size=16, vocab_size=64, n_layer=2, n_head=2, n_embd=32, dropout=0.0))
-    jitted = thunder.jit(model, transforms=[NvtxProfileTransform("each module <transformer.h.0>")])
-    jitted(torch.randint(0, 64, (2, 16)))[0].sum().backward()
+    jitted = namespaces["README.md"]["jitted"]  # README's first example: the quickstart's model, run once
     for spec in todo["specs"]:
         try:
             found = explain(jitted, spec)
@@ -201,8 +203,30 @@ def spec_lines() -> list[str]:
     return [line for _, _, body in blocks("specs") for line in body.splitlines() if line.strip()]
 
 
+def child_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+
+
 @pytest.fixture(scope="module")
-def session(tmp_path_factory) -> dict:
+def torchrun_examples(tmp_path_factory) -> Iterator[list[tuple[subprocess.Popen, Path]]]:
+    """Each `torchrun` block started on 2 CPU ranks, with each rank's stdout in a file of its own
+    (on one stream they interleave); started before `session` so that the two overlap."""
+    started = []
+    for index, (_, _, body) in enumerate(blocks("torchrun")):
+        tmp = tmp_path_factory.mktemp(f"torchrun{index}")
+        (tmp / "example.py").write_text(body, encoding="utf-8")
+        argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "--log-dir", str(tmp / "logs"), "--redirects", "1", str(tmp / "example.py")]
+        with open(tmp / "stderr", "w") as stderr:  # a file, not a pipe: nobody reads it while the session runs
+            started.append((subprocess.Popen(argv, cwd=ROOT, env=child_env(), stdout=subprocess.DEVNULL, stderr=stderr), tmp))
+    yield started
+    for process, _ in started:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory, torchrun_examples) -> dict:
     """Every page's `run` examples and every `specs` line, run in one child process."""
     tmp = tmp_path_factory.mktemp("docs")
     todo = {"pages": {}, "specs": spec_lines()}
@@ -210,7 +234,7 @@ def session(tmp_path_factory) -> dict:
     for page, line, body in sorted(blocks("run"), key=lambda b: b[0] != API):
         todo["pages"].setdefault(name(page), []).append((line, body))
     (tmp / "todo.json").write_text(json.dumps(todo), encoding="utf-8")
-    result = run([sys.executable, "-c", RUNNER, str(tmp / "todo.json"), str(tmp / "done.json")], env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])})
+    result = run([sys.executable, "-c", RUNNER, str(tmp / "todo.json"), str(tmp / "done.json")], env=child_env())
     assert result.returncode == 0, result.stderr[-5000:]
     return json.loads((tmp / "done.json").read_text(encoding="utf-8"))
 
@@ -245,15 +269,12 @@ def test_thunderfx_page_imports_thunder_dynamo(session):
 
 
 @pytest.mark.parametrize("index", range(len(blocks("torchrun"))))
-def test_torchrun_examples_run(index, tmp_path):
-    page, line, body = blocks("torchrun")[index]
-    script = tmp_path / "example.py"
-    script.write_text(body, encoding="utf-8")
-    logs = tmp_path / "logs"  # each rank's stdout in a file of its own (on one stream they interleave)
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "--log-dir", str(logs), "--redirects", "1", str(script)]
-    result = run(argv, env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])})
-    assert result.returncode == 0, f"{name(page)}:{line}\n{result.stderr[-3000:]}"
-    outs = sorted(path.read_text() for path in logs.rglob("stdout.log"))
+def test_torchrun_examples_run(torchrun_examples, session, index):
+    page, line, _ = blocks("torchrun")[index]
+    process, tmp = torchrun_examples[index]
+    process.wait(timeout=600)
+    assert process.returncode == 0, f"{name(page)}:{line}\n{(tmp / 'stderr').read_text()[-3000:]}"
+    outs = sorted(path.read_text() for path in (tmp / "logs").rglob("stdout.log"))
     assert [[line.split()[0] for line in out.splitlines()] for out in outs] == [["0", "0"], ["1", "1"]], outs
 
 
