@@ -190,7 +190,7 @@ def test_example_compares_eager_with_thunder(tmp_path):
     assert result.stdout.splitlines()[1].split() == ["range", "eager", "n", "thunder", "n", "eager", "median", "thunder", "median", "thunder/eager"]
     # The files are standard Chrome traces that the command reads too.
     assert [r.name for r in compare(tmp_path / "eager.json", tmp_path / "thunder.json")] == [r[0] for r in expected]
-    # README shows a real run of the same example (ten steps, the default).
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Compare with eager", 1)[1].split("\n## ", 1)[0]
+    # docs/how-to/eager-vs-thunder.md shows a real run of the same example (ten steps, the default).
+    page = (ROOT / "docs" / "how-to" / "eager-vs-thunder.md").read_text(encoding="utf-8")
+    section = page.split("## Side by side", 1)[1].split("\n## ", 1)[0]
     assert _rows(section) == [(name, 10, 10) for name, _, _ in expected]

@@ -418,7 +418,7 @@ def test_a_label_with_at_is_refused_for_the_nvtx_capture():
 
 
 def test_readme_print_ranges_excerpt_is_the_real_output():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    readme = (ROOT / "docs" / "tutorial.md").read_text(encoding="utf-8")
     block = readme.split("<!-- test: print_ranges excerpt -->\n```text\n", 1)[1].split("```", 1)[0]
     shown = block.splitlines()
     assert shown[-1] == "..."  # marked as the first lines only

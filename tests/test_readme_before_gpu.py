@@ -1,35 +1,42 @@
-"""README's "Before the GPU run" shows the three commands with their real output.
+"""The tutorial shows the commands to run before the GPU run with their real output, and the
+report how-to shows `report` on the tutorial's capture.
 
-The commands and the way their output is compared live in
-tests/readme_before_gpu.py; when explain()'s or the summary's text changes,
-refresh README with ``python tests/readme_before_gpu.py --write``.
+The commands and the way their output is compared live in tests/readme_before_gpu.py; when
+explain()'s or the summary's text changes, refresh the pages with
+``python tests/readme_before_gpu.py --write``.
 """
 
 from __future__ import annotations
 
+import re
+
 import pytest
-from readme_before_gpu import COMMANDS, README, comparable, readme_blocks, real_output
+from readme_before_gpu import COMMANDS, PAGES, TUTORIAL, comparable, page_blocks, real_output, shown_blocks
 
 from nvtx_regions.testing import unavailable_reason
 
 
-def test_the_section_shows_each_command_once_in_order():
-    text = README.read_text(encoding="utf-8")
-    section = text.split("## Before the GPU run", 1)[1].split("\n## ", 1)[0]
-    assert text.index("## Proving the ranges happen") < text.index("## Before the GPU run") < text.index("## Performance")
-    blocks = readme_blocks(section)
-    assert list(blocks) == ["capture", "nsys", "explain"]
-    assert {name: command for name, (command, _) in blocks.items()} == COMMANDS
-    assert "the tests **run these commands under the real nsys**" in " ".join(section.split())
+def test_the_tutorial_shows_each_command_once_in_order():
+    text = TUTORIAL.read_text(encoding="utf-8")
+    steps = re.findall(r"^## (\d)\. ", text, flags=re.M)
+    assert steps == ["1", "2", "3", "4", "5"]
+    blocks = page_blocks(text)
+    assert list(blocks) == ["explain", "capture", "nsys"]
+    # each in its step: what a spec selects, the ranges a run emits, the command for the GPU machine
+    for step, command in (("2", "explain"), ("3", "capture"), ("4", "nsys")):
+        section = text.split(f"\n## {step}. ", 1)[1].split("\n## ", 1)[0]
+        assert f"<!-- before-gpu: {command} -->" in section
+    assert {name: command for name, (command, _) in shown_blocks().items()} == COMMANDS
+    assert set(PAGES) == set(COMMANDS)
 
 
 @pytest.mark.parametrize("name", list(COMMANDS))
-def test_readme_output_is_the_real_output(name):
-    if name == "capture" and unavailable_reason():
+def test_page_output_is_the_real_output(name):
+    if name in ("capture", "report") and unavailable_reason():
         pytest.skip(f"capture tool unavailable: {unavailable_reason()}")
-    _, shown = readme_blocks()[name]
+    _, shown = shown_blocks()[name]
     assert comparable(name, shown) == comparable(name, real_output(name)), (
-        "README is stale: run `python tests/readme_before_gpu.py --write`"
+        f"{PAGES[name].name} is stale: run `python tests/readme_before_gpu.py --write`"
     )
 
 
@@ -41,3 +48,6 @@ def test_comparable_masks_only_the_times():
     assert comparable("explain", "a\n b ") == "a\n b"
     swapped = f"head\n{other}\n{row.replace(' 82 ', ' 2 ')}\ntail"
     assert comparable("capture", swapped) == comparable("capture", f"head\n{row.replace(' 82 ', ' 2 ')}\n{row}\ntail")
+    module = "    2       107585082    53792541.0      2         1702316      851158.0  nvtx_regions:transformer.h.0"
+    assert comparable("report", module) == "2 <times> 2 <times> nvtx_regions:transformer.h.0"
+    assert comparable("report", module) != comparable("report", module.replace("    2  ", "    3  ", 1))

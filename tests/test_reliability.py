@@ -273,13 +273,6 @@ def test_package_exports_and_lists_every_public_name():
     assert done.returncode == 0 and done.stdout.strip() == str(len(nvtx_regions.__all__)), done.stderr[-3000:]
 
 
-def test_readme_thunderfx_line_imports_thunder_dynamo():
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
-    (bullet,) = [b for b in readme.split("\n- ") if b.startswith("ThunderFX:")]
-    # After a plain `import thunder`, thunder.dynamo is no attribute (thunder 0.2.6).
-    assert bullet.index("`import thunder.dynamo`") < bullet.index("thunder.dynamo.ThunderCompiler")
-
-
 # ---------------------------------------------------------------- 4. two transforms on one domain
 
 TWO_TRANSFORMS = """
