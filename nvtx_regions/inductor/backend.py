@@ -13,10 +13,10 @@ Promises:
   ``nvtx_regions.eager.annotate`` and ``NvtxProfileTransform`` for the same
   spec (``transformer.h.0``, ``transformer.h.0 (backward)``): an Inductor
   profile compares with an eager or a thunder one module by module.
-- Inductor's FX graph cache keys the graph by the spec and domain too (a
-  do-nothing post-grad pass whose ``uuid()`` names them), so a cache hit
-  returns code with this spec's ranges, and a plain ``torch.compile`` never
-  gets them.
+- Inductor's caches (FX graph, AOTAutograd) key the graph by the spec, the
+  domain and the graph's module stacks too (a do-nothing post-grad pass
+  whose ``uuid()`` names them), so a cache hit returns code with this spec's
+  ranges for these modules, and a plain ``torch.compile`` never gets them.
 - Where Inductor runs no Python wrapper per call (CUDA graphs,
   ``mode="reduce-overhead"``; ``cpp_wrapper``/AOTInductor) no range can be
   placed: one `NvtxRegionsWarning` says so, and the graph compiles without.
@@ -101,13 +101,19 @@ class NvtxInductor:
     def __repr__(self) -> str:
         return f"NvtxInductor({'; '.join(render(r) for r in self.spec.rules)!r}, domain={self.domain!r})"
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> NvtxInductor:
+        # One backend serves every graph, and what it placed is its record: a copy (lightning
+        # deep-copies torch.compile's arguments) is the same backend.
+        return self
+
     def __call__(self, gm: Any, example_inputs: Any) -> Any:
         """Compile one Dynamo graph with Inductor, placing the ranges in its forward and backward wrappers."""
         internals.install()
         config = internals.inductor_config()
         patches = dict(self.options)
         theirs = patches.get("post_grad_custom_post_pass", config.post_grad_custom_post_pass)
-        patches["post_grad_custom_post_pass"] = internals.cache_key_pass(self.cache_key, theirs)
+        key = f"{self.cache_key}:{internals.module_digest(gm)}"
+        patches["post_grad_custom_post_pass"] = internals.cache_key_pass(key, theirs)
         with self._lock:
             number = self._graph_numbers
             self._graph_numbers += 1

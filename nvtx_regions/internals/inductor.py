@@ -36,10 +36,14 @@ utils.py``); pattern rewrites keep ``nn_module_stack`` but not that, and
 gradient-accumulation adds carry neither.
 
 The FX graph cache (``codecache.py``) stores the generated wrapper, and its
-key does not cover the wrapper's code generation. A custom post-grad pass
-that does nothing, whose ``uuid()`` names the spec (`cache_key_pass`), makes
-an annotated graph and a plain one separate cache entries (the key includes
-``config.post_grad_custom_post_pass.uuid()``).
+key covers neither the wrapper's code generation nor the nodes' module
+stacks (two blocks with the same graph share an entry). AOTAutograd's cache
+(``_functorch/_aot_autograd/autograd_cache.py``) keys by the Dynamo graph
+and the Inductor config alike. A custom post-grad pass that does nothing,
+whose ``uuid()`` names the spec and the graph's module stacks
+(`cache_key_pass`, `module_digest`), makes an annotated graph and a plain
+one, and graphs of different modules, separate entries of both caches (their
+keys include ``config.post_grad_custom_post_pass.uuid()``).
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ from typing import Any, Callable, Iterator
 __all__ = [
     "TESTED_TORCH", "UnsupportedTorchError", "check_torch_version", "Origin", "WrapperKernel", "Placement",
     "install", "uninstall", "placing", "cache_key_pass", "compile_fx", "compile_fx_inner", "graph_breaks",
-    "inductor_config", "module_path",
+    "inductor_config", "module_path", "module_digest",
 ]  # fmt: skip
 
 # The torch releases (major.minor) whose Inductor this module was checked on.
@@ -106,6 +110,22 @@ def graph_breaks() -> int:
     from torch._dynamo.utils import counters
 
     return sum(counters["graph_break"].values())
+
+
+def module_digest(gm: Any) -> str:
+    """A digest of the module stacks Dynamo recorded on `gm`'s nodes (paths and classes, in node order):
+    what names the ranges, and what neither Inductor cache key covers."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for node in gm.graph.nodes:
+        stack = node.meta.get("nn_module_stack") or {}
+        parts = [node.name]
+        for value in stack.values():
+            cls = value[1] if isinstance(value[1], str) else getattr(value[1], "__qualname__", str(value[1]))
+            parts.append(f"{value[0]}:{cls}")
+        digest.update("\0".join(parts).encode() + b"\n")
+    return digest.hexdigest()[:24]
 
 
 # -- FX origins ------------------------------------------------------------------
