@@ -235,11 +235,11 @@ def tiny(tmp_path_factory):
     from nvtx_regions.inductor import NvtxInductor
 
     directory = tmp_path_factory.mktemp("shared_cache")
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(directory)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"], before = str(directory), os.environ["TORCHINDUCTOR_CACHE_DIR"]
     try:
         annotated = _compile_and_run(make_blocks(), _tiny_inputs, NvtxInductor(TINY_SPEC))
     finally:
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path_factory.getbasetemp() / "inductor_cache0")
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = before
     return directory, annotated, _eager_events(make_blocks(), _tiny_inputs, TINY_SPEC)
 
 
@@ -269,6 +269,21 @@ def test_a_plain_compile_after_an_annotated_one_emits_no_range(tiny):
     result, counts = _worker(directory, "-")
     assert counts["fx_misses"] > 0, counts  # the annotated graphs are other cache entries
     assert _ranges(result.events) == []
+
+
+def test_the_same_graph_under_other_modules_is_another_cache_entry(tmp_path):
+    # Inductor's cache keys cover the graph, not the module paths its nodes came from:
+    # ours must, or the second model would replay the first's messages.
+    from nvtx_regions.inductor import NvtxInductor
+
+    os.environ["TORCHINDUCTOR_CACHE_DIR"], before = str(tmp_path), os.environ["TORCHINDUCTOR_CACHE_DIR"]
+    try:
+        first = _compile_and_run(make_blocks(), _tiny_inputs, NvtxInductor("each class <Block>"), steps=1)
+        second = _compile_and_run(make_blocks(container="layers"), _tiny_inputs, NvtxInductor("each class <Block>"), steps=1)
+    finally:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = before
+    assert _ranges(first.events) == TINY_STEP
+    assert _ranges(second.events) == [message.replace("blocks", "layers") for message in TINY_STEP]
 
 
 def test_a_graph_break_gives_two_graphs_to_one_backend():
@@ -331,13 +346,13 @@ def test_an_unsupported_torch_gets_our_error(monkeypatch):
         NvtxInductor(TINY_SPEC)
 
 
-def test_cuda_graphs_get_one_warning_and_no_range():
+def test_reduce_overhead_gets_one_warning_and_no_range():
     from nvtx_regions.inductor import NvtxInductor
 
     _needs_capture()
     torch._dynamo.reset()
     model = make_blocks()
-    compiled = torch.compile(model, backend=NvtxInductor(TINY_SPEC, options={"triton.cudagraphs": True}))
+    compiled = torch.compile(model, backend=NvtxInductor(TINY_SPEC), mode="reduce-overhead")
     with pytest.warns(NvtxRegionsWarning, match="CUDA graphs") as seen:
         with torch.no_grad(), capture() as events:
             compiled(blocks_input())
@@ -391,3 +406,12 @@ def test_compare_lines_inductor_up_with_eager_module_by_module(tiny, tmp_path):
         line = next(l for l in printed.stdout.splitlines() if l.startswith(message + " ") or l.startswith(message + "  "))
         counts = re.findall(r"\b2\b", line)
         assert len(counts) >= 2, line  # two ranges in each capture
+
+
+def test_the_docs_example_runs_and_emits_the_block_ranges():
+    text = (ROOT / "docs" / "inductor.md").read_text(encoding="utf-8")
+    (example,) = re.findall(r"<!-- test: inductor-example -->\s*```python\n(.*?)```", text, flags=re.S)
+    env = {"TORCHINDUCTOR_COMPILE_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    result = capture_subprocess(example, env=env, timeout=400, cwd=ROOT).check()
+    assert _ranges(result.events) == TINY_STEP * 2
+    assert "graph 0 (forward)" in result.stdout and "'blocks.1 (backward)': kernels #" in result.stdout

@@ -106,11 +106,15 @@ class NvtxInductor:
         # deep-copies torch.compile's arguments) is the same backend.
         return self
 
-    def __call__(self, gm: Any, example_inputs: Any) -> Any:
-        """Compile one Dynamo graph with Inductor, placing the ranges in its forward and backward wrappers."""
+    def __call__(self, gm: Any, example_inputs: Any, *, mode: str | None = None, options: dict | None = None) -> Any:
+        """Compile one Dynamo graph with Inductor, placing the ranges in its forward and backward wrappers.
+
+        `mode` and `options` are what ``torch.compile(backend=..., mode=, options=)`` passes on;
+        `options` adds to (and overrides) the constructor's.
+        """
         internals.install()
         config = internals.inductor_config()
-        patches = dict(self.options)
+        patches = {**internals.mode_options(mode), **self.options, **(options or {})}
         theirs = patches.get("post_grad_custom_post_pass", config.post_grad_custom_post_pass)
         key = f"{self.cache_key}:{internals.module_digest(gm)}"
         patches["post_grad_custom_post_pass"] = internals.cache_key_pass(key, theirs)
@@ -129,9 +133,10 @@ class NvtxInductor:
         return internals.compile_fx(gm, example_inputs, inner_compile=inner_compile, config_patches=patches)
 
     def _cannot_place(self, kwargs: dict[str, Any], config: Any) -> bool:
+        """Whether this graph gets no Python wrapper run per call (warning once if so)."""
         cudagraphs = kwargs.get("cudagraphs")
         cudagraphs = bool(getattr(cudagraphs, "value", cudagraphs)) or bool(config.triton.cudagraphs)
-        cpp = bool(kwargs.get("cpp_wrapper")) or bool(config.cpp_wrapper) or bool(getattr(config, "aot_inductor", None) and kwargs.get("aot_mode"))
+        cpp = bool(kwargs.get("cpp_wrapper")) or bool(config.cpp_wrapper) or bool(getattr(config, "fx_wrapper", False))
         if not (cudagraphs or cpp):
             return False
         if not self._warned:
@@ -139,7 +144,7 @@ class NvtxInductor:
             why = (
                 "CUDA graphs (mode='reduce-overhead', triton.cudagraphs) replay the kernels without host calls"
                 if cudagraphs
-                else "cpp_wrapper/AOTInductor generates a C++ wrapper, not a Python one"
+                else "cpp_wrapper/AOTInductor (or fx_wrapper) generates no Python wrapper to place them in"
             )
             warnings.warn(
                 f"{self!r}: no NVTX range can be placed in this graph: {why}; it compiles without ranges. "

@@ -56,8 +56,8 @@ from typing import Any, Callable, Iterator
 
 __all__ = [
     "TESTED_TORCH", "UnsupportedTorchError", "check_torch_version", "Origin", "WrapperKernel", "Placement",
-    "install", "uninstall", "placing", "cache_key_pass", "compile_fx", "compile_fx_inner", "graph_breaks",
-    "inductor_config", "module_path", "module_digest",
+    "install", "uninstall", "placing", "cache_key_pass", "compile_fx", "compile_fx_inner",
+    "inductor_config", "mode_options", "module_path", "module_digest",
 ]  # fmt: skip
 
 # The torch releases (major.minor) whose Inductor this module was checked on.
@@ -105,11 +105,14 @@ def inductor_config() -> Any:
     return config
 
 
-def graph_breaks() -> int:
-    """How many graph breaks Dynamo has counted in this process (``torch._dynamo.utils.counters``, 2.11)."""
-    from torch._dynamo.utils import counters
+def mode_options(mode: str | None) -> dict[str, Any]:
+    """The Inductor options of a ``torch.compile`` mode (``torch._inductor.list_mode_options``, 2.11):
+    ``"reduce-overhead"`` is ``{"triton.cudagraphs": True}``."""
+    if mode is None or mode == "default":
+        return {}
+    from torch._inductor import list_mode_options
 
-    return sum(counters["graph_break"].values())
+    return dict(list_mode_options(mode))
 
 
 def module_digest(gm: Any) -> str:
@@ -122,7 +125,7 @@ def module_digest(gm: Any) -> str:
         stack = node.meta.get("nn_module_stack") or {}
         parts = [node.name]
         for value in stack.values():
-            cls = value[1] if isinstance(value[1], str) else getattr(value[1], "__qualname__", str(value[1]))
+            cls = value[1] if isinstance(value[1], str) else getattr(value[1], "__name__", str(value[1]))
             parts.append(f"{value[0]}:{cls}")
         digest.update("\0".join(parts).encode() + b"\n")
     return digest.hexdigest()[:24]

@@ -16,8 +16,9 @@ import sys
 os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
 
-def make_blocks(graph_break: bool = False):
-    """Two blocks (linear, GELU, residual, LayerNorm) and a head; with `graph_break`, Dynamo breaks the graph between the blocks."""
+def make_blocks(graph_break: bool = False, container: str = "blocks"):
+    """Two blocks (linear, GELU, residual, LayerNorm) in a ModuleList named `container`, and a head;
+    with `graph_break`, Dynamo breaks the graph between the blocks."""
     import torch
 
     class Block(torch.nn.Module):
@@ -33,16 +34,19 @@ def make_blocks(graph_break: bool = False):
     class Blocks(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.blocks = torch.nn.ModuleList([Block(), Block()])
+            setattr(self, container, torch.nn.ModuleList([Block(), Block()]))
             self.head = torch.nn.Linear(16, 4)
+            self.container = container
 
         def forward(self, x):
-            x = self.blocks[0](x)
+            # Through the attribute each time: Dynamo names a module by how the frame reaches it,
+            # and a local alias would name blocks after the graph break by the alias.
+            x = getattr(self, self.container)[0](x)
             if graph_break:
                 # Outside a loop, so that Dynamo resumes the root's frame after it (a break
                 # inside a loop skips the frame, and compiles each block's forward on its own).
                 torch._dynamo.graph_break()
-            x = self.blocks[1](x)
+            x = getattr(self, self.container)[1](x)
             return self.head(x)
 
     torch.manual_seed(0)
