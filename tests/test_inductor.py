@@ -25,7 +25,7 @@ import torch
 from conftest import gpt_inputs, loss_of, make_gpt
 from nvtx_regions import NvtxRegionsWarning, SelectorError
 from nvtx_regions.eager import annotate
-from nvtx_regions.testing import capture, capture_subprocess, check_balanced, flatten, is_attached, range_tree
+from nvtx_regions.testing import capture, capture_subprocess, check_balanced, is_attached, start_end_ranges
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKERS = ROOT / "tests" / "workers"
@@ -63,17 +63,17 @@ def _needs_capture() -> None:
 
 
 def _ranges(events) -> list[str]:
-    """The messages of the ranges in our domain, in push order, after checking they balance."""
+    """The messages of the ranges in our domain in the order they open (push/pop and start/end
+    ranges: a module call whose kernels Inductor interleaved with another's is a start/end range),
+    after checking that every range closes."""
     check_balanced(events)
     ours = [e for e in events if e.domain == "nvtx_regions"]
-    if not ours:
-        return []
-    (roots,) = range_tree(ours).values()
-    return [message for _, _, message in flatten(roots)]
+    assert all(r.end_ns is not None for r in start_end_ranges(ours))
+    return [e.message for e in sorted(ours, key=lambda e: e.ts_ns) if e.kind in ("push", "start")]
 
 
 def _pushes(events) -> collections.Counter:
-    return collections.Counter((e.domain, e.message, e.color, e.category) for e in events if e.kind == "push")
+    return collections.Counter((e.domain, e.message, e.color, e.category) for e in events if e.kind in ("push", "start"))
 
 
 def _without_our_lines(code: str) -> str:
@@ -408,10 +408,11 @@ def test_compare_lines_inductor_up_with_eager_module_by_module(tiny, tmp_path):
         assert len(counts) >= 2, line  # two ranges in each capture
 
 
-def test_the_docs_example_runs_and_emits_the_block_ranges():
+def test_the_docs_example_runs_and_emits_the_block_ranges(tmp_path):
     text = (ROOT / "docs" / "inductor.md").read_text(encoding="utf-8")
     (example,) = re.findall(r"<!-- test: inductor-example -->\s*```python\n(.*?)```", text, flags=re.S)
-    env = {"TORCHINDUCTOR_COMPILE_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    # A cache of its own: explain() lists the graphs compiled in this process, not those the cache served.
+    env = {"TORCHINDUCTOR_COMPILE_THREADS": "1", "PYTHONPATH": str(ROOT), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path)}
     result = capture_subprocess(example, env=env, timeout=400, cwd=ROOT).check()
     assert _ranges(result.events) == TINY_STEP * 2
     assert "graph 0 (forward)" in result.stdout and "'blocks.1 (backward)': kernels #" in result.stdout

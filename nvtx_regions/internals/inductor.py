@@ -157,9 +157,25 @@ class Origin:
     # The module calls running when it was traced, outermost first: (call key, path, class name);
     # in a backward graph, those of the forward node it is the gradient of.
     modules: tuple[tuple[str, str, str], ...]
+    # In a backward graph: computed from saved forward values alone, no gradient (Inductor may
+    # schedule such a node anywhere, e.g. first). Always False in a forward graph.
+    static: bool = False
 
 
-def _origin(node: Any, phase: str) -> Origin:
+def _gradient_free(graph: Any) -> set[Any]:
+    """The nodes of a backward FX graph that depend on no incoming gradient: AOTAutograd names
+    the backward's gradient inputs ``tangents_<n>`` (2.11); the rest of its inputs are saved values."""
+    free: set[Any] = set()
+    for node in graph.nodes:
+        if node.op == "placeholder":
+            if not node.name.startswith("tangents"):
+                free.add(node)
+        elif all(arg in free for arg in node.all_input_nodes):
+            free.add(node)
+    return free
+
+
+def _origin(node: Any, phase: str, static: bool = False) -> Origin:
     meta = getattr(node, "meta", {}) or {}
     stack = None
     if phase == "backward":
@@ -177,7 +193,7 @@ def _origin(node: Any, phase: str) -> Origin:
     if getattr(node, "op", None) == "call_function":
         packet = getattr(target, "overloadpacket", None)
         op = getattr(packet, "__name__", None) or getattr(target, "__name__", "") or ""
-    return Origin(str(getattr(node, "name", "")), op, tuple(modules))
+    return Origin(str(getattr(node, "name", "")), op, tuple(modules), static)
 
 
 @dataclass(frozen=True)
@@ -274,12 +290,9 @@ def install() -> None:
         if _active() is None:
             return flush(self)
         lines = V.graph.wrapper_code.lines
-        group = tuple(self.kernel_group.scheduled_nodes)
         found: dict[Any, None] = {}
-        for node in group:
-            if getattr(node, "node", None) is not None:
-                for origin in node.node.get_origins():
-                    found[origin] = None
+        for node in self.kernel_group.scheduled_nodes:
+            found.update(dict.fromkeys(_node_origins(node)))
         lines.append(_FlushMark(tuple(found)))
         try:
             return flush(self)
@@ -359,12 +372,19 @@ def _split(wrapper: Any, phase: str) -> list[WrapperKernel]:
             run[3] = index
     wrapper.lines = kept
     origins_of: dict[Any, Origin] = {}
+    free_in: dict[int, set[Any]] = {}
 
     def convert(nodes: tuple[Any, ...]) -> tuple[Origin, ...]:
         out = []
         for node in nodes:
             if node not in origins_of:
-                origins_of[node] = _origin(node, phase)
+                static = False
+                graph = getattr(node, "graph", None)
+                if phase == "backward" and graph is not None:
+                    if id(graph) not in free_in:
+                        free_in[id(graph)] = _gradient_free(graph)
+                    static = node in free_in[id(graph)]
+                origins_of[node] = _origin(node, phase, static)
             out.append(origins_of[node])
         return tuple(out)
 
