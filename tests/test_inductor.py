@@ -400,12 +400,13 @@ def test_compare_lines_inductor_up_with_eager_module_by_module(tiny, tmp_path):
         timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
     assert printed.returncode == 0, printed.stderr
-    rows = {line.split()[0]: line.split() for line in printed.stdout.splitlines() if line.startswith("blocks.")}
-    assert sorted(rows) == ["blocks.0", "blocks.1"] or set(rows) >= {"blocks.0", "blocks.1"}
-    for message in TINY_STEP:
-        line = next(l for l in printed.stdout.splitlines() if l.startswith(message + " ") or l.startswith(message + "  "))
-        counts = re.findall(r"\b2\b", line)
-        assert len(counts) >= 2, line  # two ranges in each capture
+    # One row per module range, with its count in each capture (2 steps each): "blocks.0 (backward)  2  2  ...".
+    counts = {}
+    for line in printed.stdout.splitlines()[1:]:
+        found = re.match(r"^(\S+(?: \(backward\))?)\s+(\d+)\s+(\d+)\s", line)
+        assert found, line
+        counts[found.group(1)] = (int(found.group(2)), int(found.group(3)))
+    assert counts == {message: (2, 2) for message in TINY_STEP}
 
 
 def test_the_docs_example_runs_and_emits_the_block_ranges(tmp_path):
