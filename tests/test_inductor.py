@@ -188,6 +188,16 @@ def test_gpt_each_block_range_holds_its_own_kernels(gpt):
     # counted under that node, a block's last kernels would land in the next block.)
     annotated, _, _ = gpt
     forward, backward = (_range_bodies(code) for code in annotated.code)
+
+    def first_call(body: str) -> str:
+        return re.search(r"\b(cpp_fused\w*|extern_kernels\.\w+)\(", body).group(1)
+
+    # A block's forward starts at its first linear: the kernel before it fuses the previous
+    # module's last ops (the embeddings, the residual add) with this block's layer norm, so it
+    # belongs to their common parent. Its backward starts at the gradient of its last linear,
+    # not with the final layer norm's backward kernel.
+    assert first_call(forward["transformer.h.0"]) == first_call(forward["transformer.h.1"]) == "extern_kernels.addmm"
+    assert first_call(backward["transformer.h.1 (backward)"]) == "extern_kernels.mm"
     for block in ("transformer.h.0", "transformer.h.1"):
         body = forward[block]
         assert len(re.findall(r"extern_kernels\.addmm\(", body)) == 4, block
