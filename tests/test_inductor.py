@@ -427,3 +427,17 @@ def test_the_docs_example_runs_and_emits_the_block_ranges(tmp_path):
     result = capture_subprocess(example, env=env, timeout=400, cwd=ROOT).check()
     assert _ranges(result.events) == TINY_STEP * 2
     assert "graph 0 (forward)" in result.stdout and "'blocks.1 (backward)': kernels #" in result.stdout
+
+
+def test_a_rule_that_selects_nothing_warns_once_naming_the_nearest_module():
+    from nvtx_regions.inductor import NvtxInductor
+
+    torch._dynamo.reset()
+    compiled = torch.compile(make_blocks(), backend=NvtxInductor("each module <block.*>"))
+    with pytest.warns(NvtxRegionsWarning) as seen:
+        with torch.no_grad():
+            compiled(blocks_input())
+            compiled(blocks_input())
+    (warning,) = [w for w in seen if issubclass(w.category, NvtxRegionsWarning)]
+    assert "rule 'each module <block.*>' (<select>:1) selected nothing in the graphs compiled so far" in str(warning.message)
+    assert "nearest: blocks" in str(warning.message)
