@@ -20,10 +20,13 @@ from .language.tree import render
 if TYPE_CHECKING:
     from .report.explanation import explain
     from .emission.transform import NvtxProfileTransform
+    from .backends import compile, steps
 
 __all__ = [
     "NvtxProfileTransform",
     "explain",
+    "compile",
+    "steps",
     "parse",
     "load",
     "render",
@@ -44,6 +47,10 @@ def __getattr__(name: str) -> Any:
         from .report.explanation import explain
 
         return explain
+    if name in ("compile", "steps"):
+        from . import backends
+
+        return getattr(backends, name)
     raise AttributeError(f"module 'nvtx_regions' has no attribute {name!r}")
 
 

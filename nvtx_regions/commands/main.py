@@ -28,6 +28,7 @@ RUNNERS = {
     "capture": ("capture", "run a command with NVTX capture; write a Chrome trace; print a summary"),
     "nsys": ("nsys", "print the nsys profile command line that fits a spec"),
     "explain": ("explain", "run a script and print explain() for each function it jits"),
+    "profile": ("profile", "run a script once per backend (eager, thunder, inductor); per module, time side by side"),
 }
 
 

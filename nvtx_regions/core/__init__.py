@@ -3,6 +3,7 @@
 Errors and warnings (`errors`), bitsets over trace positions (`bits`), module
 calls and their chains (`calls`), the user's own NVTX markers (`markers`),
 glob matching (`globs`), and the names that
-eager and thunder profiles must share (`naming`). Nothing here imports
+eager and thunder profiles must share (`naming`), and those of step ranges and
+backends (`profiling`). Nothing here imports
 another part of nvtx_regions, torch or thunder.
 """

@@ -1,0 +1,231 @@
+"""``nvtx-regions profile``: run a training script once per backend, and show per module where time goes.
+
+    nvtx-regions profile blocks.nvtx --backends eager,thunder,inductor -- python train.py
+    nvtx-regions profile blocks.nvtx --warmup 2 --rank 1 -- torchrun --nproc_per_node=2 train.py
+
+The script chooses backend and ranges in one line, `nvtx_regions.compile(model)`,
+and loops over `nvtx_regions.steps(...)`. For each backend this command runs
+the command with ``NVTX_REGIONS_BACKEND`` set to it and ``NVTX_REGIONS_SPEC``
+to the spec's path:
+
+- under the real nsys when it is on PATH, with the flags of
+  ``nvtx-regions nsys`` (`commands.nsys.nsys_command`), one report per rank
+  under torchrun; else under our capture (`commands.capture.run_capture`),
+  and it says so;
+- each run's reports, its stderr (``stderr.txt``, also shown as it comes) go
+  to ``OUTPUT/BACKEND/``; the table to ``OUTPUT/table.txt``, the picture to
+  ``OUTPUT/profile.svg`` (`report.picture`). An existing OUTPUT is refused
+  unless ``--force-overwrite``, which replaces only what this command writes.
+
+Then it prints the table of `report.backends_table`: per module and pass,
+the median over the measured steps (the compile step 0 and ``--warmup N``
+more are left out) per backend with n, the ratio to ``--baseline`` (default
+the first backend), largest ratios first; rank ``--rank`` (default 0). A
+module one backend lacks is ``missing``; a backend whose run fails is
+reported with its exit status and the tail of its stderr, and the others still run.
+
+Exit status: 0; 1 when a backend failed or no run held a module range;
+2 for a usage or spec error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import os
+import re
+import shlex
+import shutil
+import sys
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from ..core.errors import CaptureFileError
+from ..core.naming import DEFAULT_DOMAIN
+from ..core.profiling import BACKENDS, ENV_BACKEND, ENV_SPEC
+from ..report.backends_table import BackendRun, compare_backends, read_run, render_backends
+from ..report.picture import write_svg
+from .child import CommandError, ended, parse_command_line
+
+__all__ = ["add_arguments", "run", "main"]
+
+EXAMPLE = "nvtx-regions profile blocks.nvtx --backends eager,thunder -- python train.py"
+TABLE, PICTURE, STDERR = "table.txt", "profile.svg", "stderr.txt"
+_TAIL_LINES = 15
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``nvtx-regions profile`` (the command after ``--`` is not among them)."""
+    parser.add_argument("spec", help="a .nvtx spec file; its `each module` rules give the table's rows")
+    parser.add_argument("--backends", default=",".join(BACKENDS), help=f"comma-separated, in column order (default {','.join(BACKENDS)})")
+    parser.add_argument("--baseline", help="the backend the ratios divide by (default: the first)")
+    parser.add_argument("--warmup", type=int, default=1, help="steps left out after the compile step 0 (default 1)")
+    parser.add_argument("-o", "--output", default="nvtx_regions_profile", help="folder for the reports, table and picture (default nvtx_regions_profile)")
+    parser.add_argument("--force-overwrite", action="store_true", help="reuse an existing output folder, replacing what this command writes there")
+    parser.add_argument("--rank", type=int, default=0, help="the rank shown under torchrun (default 0)")
+    parser.add_argument("--domain", default=DEFAULT_DOMAIN, help=f"the spec's NVTX domain (default {DEFAULT_DOMAIN}; 'default': NVTX's default domain)")
+
+
+def _backends(text: str, baseline: str | None) -> tuple[list[str], str]:
+    chosen = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in chosen if name not in BACKENDS]
+    if not chosen or unknown:
+        raise CommandError(f"--backends {text}: choose from {', '.join(BACKENDS)}, comma-separated")
+    if len(set(chosen)) != len(chosen):
+        raise CommandError(f"--backends {text}: a backend is named twice")
+    baseline = chosen[0] if baseline is None else baseline
+    if baseline not in chosen:
+        raise CommandError(f"--baseline {baseline}: not among --backends {','.join(chosen)}")
+    return chosen, baseline
+
+
+def _output_folder(output: str, backends: Sequence[str], force: bool) -> Path:
+    """The output folder, checked (and cleared of what this command writes, with `force`) before any run."""
+    folder = Path(output)
+    if folder.exists() or folder.is_symlink():
+        if not folder.is_dir():
+            raise CommandError(f"-o {output}: exists and is not a folder; give another name")
+        if not force:
+            raise CommandError(f"-o {output}: the folder exists; add --force-overwrite to replace its reports, or give another name")
+        for name in (*backends, TABLE, PICTURE):
+            path = folder / name
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            elif path.exists() or path.is_symlink():
+                path.unlink()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for backend in backends:
+            (folder / backend).mkdir()
+    except OSError as error:
+        raise CommandError(f"-o {output}: cannot create it ({error.strerror or error}); choose a folder you can write to") from None
+    return folder
+
+
+@contextlib.contextmanager
+def _tee_stderr(path: Path) -> Iterator[None]:
+    """File descriptor 2 copied to `path` as well as to the terminal, for the child processes started meanwhile."""
+    sys.stderr.flush()
+    terminal = os.dup(2)
+    read_end, write_end = os.pipe()
+    os.dup2(write_end, 2)
+    os.close(write_end)
+
+    def pump() -> None:
+        with open(path, "wb") as copy:
+            while chunk := os.read(read_end, 65536):
+                os.write(terminal, chunk)
+                copy.write(chunk)
+
+    thread = threading.Thread(target=pump, name="nvtx-regions-stderr", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(terminal, 2)  # the pipe's last write end here: the pump sees EOF once the children's are closed
+        thread.join(timeout=10)
+        if not thread.is_alive():
+            os.close(read_end)
+        os.close(terminal)
+
+
+def _tail(path: Path) -> str:
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return "(no stderr kept)"
+    tail = [line for line in lines if line.strip()][-_TAIL_LINES:]
+    return "\n".join(f"    {line}" for line in tail) if tail else "    (its stderr was empty)"
+
+
+def _nsys_reports(folder: Path, torchrun: bool, rank: int) -> list[str]:
+    """The reports of one rank: ``report[.rankR][.N].nsys-rep`` (N: one per collection)."""
+    stem = re.escape(f"report.rank{rank}" if torchrun else "report")
+    pattern = re.compile(rf"{stem}(\.\d+)?\.nsys-rep")
+    return sorted(str(path) for path in folder.iterdir() if pattern.fullmatch(path.name))
+
+
+def _run_backend(backend: str, args: argparse.Namespace, command: list[str], folder: Path, use_nsys: bool) -> BackendRun:
+    """Run `command` for `backend`; its ranges, or why there are none."""
+    from ..language.parse import load
+
+    if backend == "inductor" and importlib.util.find_spec("nvtx_regions.inductor") is None:
+        return BackendRun(backend, failure="nvtx_regions.inductor is not part of this installation; leave inductor out of --backends")
+    env = {**os.environ, ENV_BACKEND: backend, ENV_SPEC: os.path.abspath(args.spec)}
+    domain = None if args.domain == "default" else args.domain
+    with _tee_stderr(folder / STDERR):
+        if use_nsys:
+            from .child import run_child
+            from .nsys import nsys_command, split_torchrun
+
+            argv = nsys_command(load(args.spec), command, domain=domain, output=str(folder / "report")).argv
+            returncode = run_child(list(argv), env)
+            paths = _nsys_reports(folder, split_torchrun(command) is not None, args.rank)
+        else:
+            from .capture import run_capture
+
+            saved = dict(os.environ)
+            os.environ.update(env)
+            try:
+                outcome = run_capture(command, folder / "timeline.json")
+            finally:
+                os.environ.clear()
+                os.environ.update(saved)
+            returncode, paths = outcome.returncode, [str(outcome.trace_path)]
+    if returncode != 0:
+        return BackendRun(backend, failure=f"{ended(command[0], returncode)}; its stderr ended with:\n{_tail(folder / STDERR)}")
+    if not paths:
+        return BackendRun(backend, failure=f"no report of rank {args.rank} in {folder}/ (is --rank right?)")
+    try:
+        return read_run(backend, paths, domain=domain, rank=args.rank)
+    except CaptureFileError as error:
+        return BackendRun(backend, failure=str(error))
+
+
+def run(args: argparse.Namespace) -> int:
+    """``nvtx-regions profile`` with parsed options; `args.command` is the command to run."""
+    from ..language.parse import load
+    from ..selection.compile import compile_spec
+
+    command = list(args.command)
+    backends, baseline = _backends(args.backends, args.baseline)
+    if args.warmup < 0:
+        raise CommandError(f"--warmup {args.warmup}: give a number of steps >= 0")
+    compile_spec(load(args.spec))  # a spec error stops here, before any run
+    folder = _output_folder(args.output, backends, args.force_overwrite)
+    use_nsys = shutil.which("nsys") is not None
+    tool = "nsys" if use_nsys else "nvtx-regions capture (nsys is not on PATH: CPU times of the NVTX ranges only)"
+    runs = []
+    for number, backend in enumerate(backends, 1):
+        print(f"nvtx-regions profile: {backend} ({number}/{len(backends)}) under {tool}: {shlex.join(command)}", flush=True)
+        runs.append(_run_backend(backend, args, command, folder / backend, use_nsys))
+    table = compare_backends(runs, baseline=baseline, warmup=args.warmup)
+    text = render_backends(table)
+    (folder / TABLE).write_text(text + "\n", encoding="utf-8")
+    write_svg(folder / PICTURE, table)
+    sys.stdout.flush()
+    print(f"\n{text}\n", flush=True)
+    print(f"nvtx-regions profile: reports in {folder}/BACKEND/, the table in {folder / TABLE}, the picture in {folder / PICTURE}")
+    if any(run.failure is not None for run in runs) or not table.rows:
+        return 1
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of ``nvtx-regions profile`` (argv after the subcommand name)."""
+    parser = argparse.ArgumentParser(
+        prog="nvtx-regions profile",
+        usage="nvtx-regions profile SPEC [--backends eager,thunder,inductor] [--baseline B] [--warmup N] [-o DIR] -- COMMAND...",
+        description="Run COMMAND once per backend under nsys (else our capture); print per module the median time "
+        "of each backend over the measured steps, and the ratio to a baseline; write the reports and a picture.",
+    )
+    add_arguments(parser)
+    parsed = parse_command_line(parser, argv, EXAMPLE)
+    if parsed is None:
+        return 0
+    args, command = parsed
+    args.command = command
+    return run(args)
