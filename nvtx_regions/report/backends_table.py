@@ -31,7 +31,7 @@ from .nsys_report import REPORT_SUFFIXES, read_report
 from .records import module_range
 
 __all__ = ["BackendRun", "Timing", "BackendRow", "BackendsTable", "read_run", "compare_backends", "render_backends",
-           "format_ns", "GPU_TIME", "CPU_TIME"]  # fmt: skip
+           "format_ns", "format_ratio", "GPU_TIME", "CPU_TIME"]  # fmt: skip
 
 GPU_TIME = "GPU-projected time"
 CPU_TIME = "CPU time"
@@ -231,6 +231,13 @@ def format_ns(ns: float) -> str:
     return f"{ns / 1e3:.1f} us"
 
 
+def format_ratio(ratio: float | None) -> str:
+    """A ratio with two decimals, or three significant digits below 0.1 (never a bare 0.00)."""
+    if ratio is None:
+        return "-"
+    return f"{ratio:.2f}" if ratio >= 0.1 else f"{ratio:.3g}"
+
+
 def _steps_text(numbers: Iterable[int]) -> str:
     numbers = list(numbers)
     if not numbers:
@@ -257,7 +264,7 @@ def render_backends(table: BackendsTable) -> str:
         cells = []
         for cell, failure in zip(row.times, table.failures):
             cells.append("failed" if failure is not None else "missing" if cell is None else f"{format_ns(cell.median_ns)} ({cell.n})")
-        ratios = ["-" if row.ratios[i] is None else f"{row.ratios[i]:.2f}" for i in others]
+        ratios = [format_ratio(row.ratios[i]) for i in others]
         body.append([row.module, row.phase, *cells, *ratios])
     widths = [max(len(line[i]) for line in [head, *body]) for i in range(len(head))]
     lines.append("")
@@ -265,8 +272,6 @@ def render_backends(table: BackendsTable) -> str:
         lines.append("  ".join([line[0].ljust(widths[0]), line[1].ljust(widths[1])] + [c.rjust(w) for c, w in zip(line[2:], widths[2:])]).rstrip())
     if not table.rows:
         lines.append("(no module ranges in any run: the spec needs an `each module` or `each class` rule)")
-    lines += [f"note: {note}" for note in table.notes]
-    for backend, failure in zip(table.backends, table.failures):
-        if failure is not None:
-            lines.append(f"{backend} failed: {failure}")
-    return "\n".join(lines)
+    after = [f"note: {note}" for note in table.notes]
+    after += [f"{backend} failed: {failure}" for backend, failure in zip(table.backends, table.failures) if failure is not None]
+    return "\n".join(lines + ([""] + after if after else []))

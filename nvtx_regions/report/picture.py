@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from xml.sax.saxutils import escape, quoteattr
 
-from .backends_table import PASSES, BackendsTable, format_ns
+from .backends_table import PASSES, BackendsTable, format_ns, format_ratio
 
 __all__ = ["render_svg", "write_svg", "COLORS", "PLOT_HEIGHT"]
 
@@ -43,7 +43,7 @@ def render_svg(table: BackendsTable) -> str:
     ratio_lines = len(others)
     pass_width = count * (_BAR + _GAP)
     module_width = len(PASSES) * pass_width + _PASS_GAP
-    width = _LEFT + max(1, len(table.modules)) * (module_width + _MODULE_GAP) + 20
+    width = max(_LEFT + max(1, len(table.modules)) * (module_width + _MODULE_GAP) + 20, 760.0)
     top = _TOP + ratio_lines * 13
     axis = top + PLOT_HEIGHT
     height = axis + 110
@@ -89,7 +89,7 @@ def render_svg(table: BackendsTable) -> str:
                 )
             for line, i in enumerate(others):
                 ratio = row.ratios[i] if row is not None else None
-                text = "-" if ratio is None else f"{ratio:.2f}x"
+                text = "-" if ratio is None else f"{format_ratio(ratio)}x"
                 out.append(
                     f'<text class="ratio" data-backend={quoteattr(table.backends[i])} x="{px:.1f}" '
                     f'y="{_TOP + line * 13}" font-size="9" fill="{_color(i)}">{escape(text)}</text>'
