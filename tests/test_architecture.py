@@ -26,8 +26,9 @@ ALLOWED: dict[str, set[str]] = {
     "selection": {"core", "language", "attribution", "internals"},
     "emission": {"core", "language", "attribution", "selection", "internals"},
     "capture": {"core"},
-    "report": {"core", "language", "attribution", "selection", "emission", "capture", "internals"},
-    "commands": {"core", "language", "attribution", "selection", "emission", "capture", "report", "internals"},
+    "inductor": {"core", "internals", "language", "attribution", "selection", "emission"},
+    "report": {"core", "language", "attribution", "selection", "emission", "capture", "internals", "inductor"},
+    "commands": {"core", "language", "attribution", "selection", "emission", "capture", "report", "internals", "inductor"},
     "testing": {"core", "capture"},
 }
 # The public entry points at the top of the package may import anything.

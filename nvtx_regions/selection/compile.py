@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..attribution.traceview import Phase, TraceView
+from .view import Phase, View
 from ..core.globs import name_matcher, path_matcher
 from ..core.markers import Marker
 from ..language.tree import (
@@ -130,7 +130,7 @@ class CompiledRule:
     def describe(self) -> str:
         return self.rule.describe(self.filename)
 
-    def plan(self, view: TraceView) -> RuleRanges:
+    def plan(self, view: View) -> RuleRanges:
         """What this rule selects in `view`. Raises `RegionOrderError` for a region that ends before it starts."""
         raise NotImplementedError
 
@@ -144,7 +144,7 @@ class OpRule(CompiledRule):
     ranges_text: ClassVar[str] = "one range per op"
     per_op: ClassVar[bool] = True
 
-    def plan(self, view: TraceView) -> RuleRanges:
+    def plan(self, view: View) -> RuleRanges:
         return RuleRanges(self.select(view), per_op=True)
 
 
@@ -156,11 +156,11 @@ class RegionRule(CompiledRule):
 
     ranges_text: ClassVar[str] = "one range per region"
 
-    def bounds(self, view: TraceView) -> tuple[int, int] | None:
+    def bounds(self, view: View) -> tuple[int, int] | None:
         """The (start, end) compute positions of this rule's region in `view`, or None."""
         return self.region.bounds(view, self.describe())
 
-    def plan(self, view: TraceView) -> RuleRanges:
+    def plan(self, view: View) -> RuleRanges:
         bounds = self.bounds(view)
         if bounds is None:
             return RuleRanges(0)
@@ -179,7 +179,7 @@ class EachRule(CompiledRule):
     ranges_text: ClassVar[str] = "one range per module call"
     placed_by_thunder: ClassVar[bool] = True
 
-    def plan(self, view: TraceView) -> RuleRanges:
+    def plan(self, view: View) -> RuleRanges:
         calls = tuple(
             RangeSpan(span.first, span.last, span.depth, span.message, span.positions) for span in self.each.spans(view)
         )
@@ -199,7 +199,7 @@ class EachMarkerRule(CompiledRule):
     ranges_text: ClassVar[str] = "one range per marker occurrence"
     placed_by_thunder: ClassVar[bool] = True
 
-    def plan(self, view: TraceView) -> RuleRanges:
+    def plan(self, view: View) -> RuleRanges:
         calls = tuple(
             RangeSpan(span.first, span.last, span.depth, span.message, span.positions, span.marker)
             for span in self.each.spans(view)
@@ -214,10 +214,6 @@ class EachMarkerRule(CompiledRule):
 class CompiledSpec:
     rules: tuple[CompiledRule, ...]
     spec: Spec
-
-    @property
-    def has_gates(self) -> bool:
-        return any(rule.gate is not None for rule in self.rules)
 
 
 class _Part(Visitor):

@@ -5,7 +5,7 @@ Promises:
 - A glob matches a marker's message (`fnmatch.fnmatchcase`); a marker pushed
   without a message has the message ``""``.
 - An op is inside a marker when the marker was open when thunder recorded it
-  (`TraceView.marker_stacks`): in the backward, when it was open around every
+  (`View.marker_stacks`): in the backward, when it was open around every
   forward origin of the op. A fusion is inside the markers open around all
   its parts, so a fusion that crosses a marker's boundary is outside it, as
   `each module` does for module calls.
@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from ..attribution.traceview import TraceView
+from .view import View
 from ..core.markers import Marker
 from ..core.naming import range_message
 
@@ -47,7 +47,7 @@ def marker_message(marker: Marker, phase: str) -> str | None:
     return range_message(marker.message or "", phase)
 
 
-def marker_mask(view: TraceView, matches: Matcher) -> int:
+def marker_mask(view: View, matches: Matcher) -> int:
     """The positions of `view`'s ops inside a marker whose message `matches`."""
     mask = 0
     for position, stack in enumerate(view.marker_stacks):
@@ -56,7 +56,7 @@ def marker_mask(view: TraceView, matches: Matcher) -> int:
     return mask
 
 
-def marker_spans(view: TraceView, matches: Matcher, within: int | None = None) -> list[MarkerSpan]:
+def marker_spans(view: View, matches: Matcher, within: int | None = None) -> list[MarkerSpan]:
     """One span per occurrence of a marker whose message `matches` and that has ops in `view`.
 
     `within` (a bitset): keep only the occurrences all of whose ops it holds
@@ -90,9 +90,9 @@ class EachMarkerSelector:
     matches: Matcher
     phase: str | None  # None: forward and backward traces alike
     never: bool = False  # `and forward and backward`: no trace is both
-    within: tuple[Callable[[TraceView], int], ...] = ()
+    within: tuple[Callable[[View], int], ...] = ()
 
-    def spans(self, view: TraceView) -> list[MarkerSpan]:
+    def spans(self, view: View) -> list[MarkerSpan]:
         """Each matching occurrence with ops in `view`, in order of its first op (outer first)."""
         if self.never or (self.phase is not None and self.phase != view.phase):
             return []
@@ -102,7 +102,7 @@ class EachMarkerSelector:
         return marker_spans(view, self.matches, mask)
 
 
-def crossing_fusions(view: TraceView, marker: Marker) -> list[int]:
+def crossing_fusions(view: View, marker: Marker) -> list[int]:
     """Positions of the fusions that hold ops recorded inside `marker` and ops outside it
     (so they are outside its range)."""
     from ..internals.thunder import recorded_markers

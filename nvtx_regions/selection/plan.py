@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from ..attribution.traceview import Phase, TraceView
+from .view import Phase, View
 from ..core.bits import bit_positions
 from ..core.errors import SelectorError
 from ..core.markers import RECORD_FUNCTION, Marker
@@ -75,11 +75,6 @@ class Plan:
         """Per rule: how many ranges it produced."""
         return tuple(found.ranges for found in self.per_rule)
 
-    @property
-    def selected_per_rule(self) -> tuple[int, ...]:
-        """Per rule: the compute positions it selected, as a bitset."""
-        return tuple(found.selected for found in self.per_rule)
-
 
 def _merge_gates(gates: list[Gate | None]) -> GateKey:
     if any(gate is None for gate in gates):
@@ -91,7 +86,7 @@ def _merge_gates(gates: list[Gate | None]) -> GateKey:
 OWN_DOMAIN: Any = type("OwnDomain", (), {"__repr__": lambda self: "<the transform's domain>"})()
 
 
-def make_plan(spec: CompiledSpec, view: TraceView, domain: Any = OWN_DOMAIN) -> Plan:
+def make_plan(spec: CompiledSpec, view: View, domain: Any = OWN_DOMAIN) -> Plan:
     """Plan the ranges of `spec` in one trace, for a transform whose own NVTX domain is `domain`
     (a name, None for NVTX's default domain).
 
@@ -136,7 +131,7 @@ def make_plan(spec: CompiledSpec, view: TraceView, domain: Any = OWN_DOMAIN) -> 
     return Plan(view.phase, view.name, tuple(ordered), tuple(per_rule))
 
 
-def _start_end_where_calls_cross(regions: list[PlannedRange], spec: CompiledSpec, view: TraceView) -> list[PlannedRange]:
+def _start_end_where_calls_cross(regions: list[PlannedRange], spec: CompiledSpec, view: View) -> list[PlannedRange]:
     """`regions` (sorted outer first), with the ranges that thunder placed
     (`CompiledRule.placed_by_thunder`) and that cross another range made
     start/end ranges (see the module doc).

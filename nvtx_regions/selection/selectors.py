@@ -1,4 +1,4 @@
-"""Selector primitives over a `TraceView`: filters become functions from a
+"""Selector primitives over a `View`: filters become functions from a
 trace view to a bitset of compute positions, regions become their bounds, and
 ``each`` selectors become the spans of module calls.
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..attribution.module_calls import anchored_span
-from ..attribution.traceview import Phase, TraceView
+from .view import Phase, View
 from ..core.calls import ModuleCall, ancestors
 from ..core.errors import SelectorError
 from ..core.globs import name_matcher, path_matcher, source_matcher
@@ -52,7 +52,7 @@ __all__ = [
     "CallSpan", "EachSelector", "SelectorBuilder", "each_alone", "span_mask", "module_selector",
 ]  # fmt: skip
 
-Selector = Callable[[TraceView], int]
+Selector = Callable[[View], int]
 
 
 class RegionOrderError(SelectorError):
@@ -76,7 +76,7 @@ def endpoint_text(point: CompiledEndpoint) -> str:
     return point.name if isinstance(point, Proxy) else point.text
 
 
-def _endpoint_position(point: CompiledEndpoint, view: TraceView, *, start: bool) -> int | None:
+def _endpoint_position(point: CompiledEndpoint, view: View, *, start: bool) -> int | None:
     if isinstance(point, Proxy):
         return view.region_start(point.name) if start else view.region_end(point.name)
     mask = point.select(view)
@@ -92,7 +92,7 @@ def span_mask(first: int, last: int) -> int:
     return ((1 << (last + 1)) - 1) ^ ((1 << first) - 1)
 
 
-def _bounds(start: CompiledEndpoint, end: CompiledEndpoint, view: TraceView, who: str) -> tuple[int, int] | None:
+def _bounds(start: CompiledEndpoint, end: CompiledEndpoint, view: View, who: str) -> tuple[int, int] | None:
     first = _endpoint_position(start, view, start=True)
     if first is None:
         return None
@@ -117,7 +117,7 @@ class RegionSelector:
     phase: Phase | None  # None: forward and backward traces alike
     never: bool = False  # `forward and backward`: no trace is both
 
-    def bounds(self, view: TraceView, who: str) -> tuple[int, int] | None:
+    def bounds(self, view: View, who: str) -> tuple[int, int] | None:
         """The (start, end) compute positions of the region in `view`, or None.
 
         Raises `RegionOrderError` (naming `who`) when the end comes before the start.
@@ -158,7 +158,7 @@ class EachSelector:
         found = ancestors(chain[: depth + 1], classes)
         return all(any(test(path if by == "module" else cls) for path, cls in found) for by, test in self.within)
 
-    def spans(self, view: TraceView) -> list[CallSpan]:
+    def spans(self, view: View) -> list[CallSpan]:
         """Each matching call with ops in `view`, in order of its first op (outer first)."""
         if self.never or (self.phase is not None and self.phase != view.phase):
             return []
@@ -181,11 +181,11 @@ class EachSelector:
         return spans
 
 
-def _glob_selector(globs: tuple[str, ...], masks: Callable[[TraceView], dict[str, int]]) -> Selector:
+def _glob_selector(globs: tuple[str, ...], masks: Callable[[View], dict[str, int]]) -> Selector:
     """Select the positions of every name in `masks(view)` (name -> bitset) that a glob matches."""
     matches = name_matcher(globs)
 
-    def select(view: TraceView) -> int:
+    def select(view: View) -> int:
         mask = 0
         for name, name_mask in masks(view).items():
             if matches(name):
@@ -200,7 +200,7 @@ def module_selector(by: str, globs: tuple[str, ...]) -> Selector:
     matches = path_matcher(globs) if by == "module" else name_matcher(globs)
     key = (by, globs)
 
-    def select(view: TraceView) -> int:
+    def select(view: View) -> int:
         cache = view.__dict__.setdefault("_module_masks", {})
         if key not in cache:
             classes = view.module_classes
@@ -217,7 +217,7 @@ def module_selector(by: str, globs: tuple[str, ...]) -> Selector:
 def _source_selector(source: Source) -> Selector:
     in_file = source_matcher(source.file)
 
-    def select(view: TraceView) -> int:
+    def select(view: View) -> int:
         mask = 0
         for position, lines in enumerate(view.source_lines):
             for filename, line in lines:
@@ -264,7 +264,7 @@ class SelectorBuilder(Visitor):
     def visit_Between(self, expr: Between) -> Selector:
         start, end, who = self.visit(expr.start), self.visit(expr.end), self.who
 
-        def between(view: TraceView) -> int:
+        def between(view: View) -> int:
             bounds = _bounds(start, end, view, who)
             return 0 if bounds is None else span_mask(*bounds)
 
@@ -279,7 +279,7 @@ class SelectorBuilder(Visitor):
     def visit_BackwardOf(self, expr: BackwardOf) -> Selector:
         inner = self.visit(expr.expr)
 
-        def backward_of(view: TraceView) -> int:
+        def backward_of(view: View) -> int:
             forward = view.forward
             if view.phase != "backward" or forward is None:
                 return 0
@@ -321,7 +321,7 @@ class SelectorBuilder(Visitor):
     def visit_And(self, expr: And) -> Selector:
         parts = [self.visit(e) for e in expr.operands]
 
-        def conjunction(view: TraceView) -> int:
+        def conjunction(view: View) -> int:
             # Every part, even once the mask is empty: a region that ends before it
             # starts must raise wherever it stands, as it does under 'or'.
             mask = view.everything
@@ -334,7 +334,7 @@ class SelectorBuilder(Visitor):
     def visit_Or(self, expr: Or) -> Selector:
         parts = [self.visit(e) for e in expr.operands]
 
-        def disjunction(view: TraceView) -> int:
+        def disjunction(view: View) -> int:
             mask = 0
             for part in parts:
                 mask |= part(view)

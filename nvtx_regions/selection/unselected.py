@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from .compile import CompiledRule, CompiledSpec
 from ..core.errors import NvtxRegionsWarning, SelectorError
 from .plan import Plan
-from ..attribution.traceview import TraceView
+from .view import View
 from ..core.globs import name_matcher, path_matcher, source_matcher
 from ..language.tree import (
     ClassIn, EachClass, EachMarker, EachModule, MarkerIn, ModuleIn, OpIn, Proxy, Reads, Source, Visitor, walk,
@@ -85,13 +85,13 @@ def report_unselected(problems: list[str], *, strict: bool, stacklevel: int) -> 
 @dataclass
 class RuleTally:
     spec: CompiledSpec
-    views: list[TraceView] = field(default_factory=list)
+    views: list[View] = field(default_factory=list)
     ranges: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.ranges = [0] * len(self.spec.rules)
 
-    def add(self, plan: Plan, view: TraceView | None = None) -> None:
+    def add(self, plan: Plan, view: View | None = None) -> None:
         """Count `plan`'s ranges; `view`, when given, lets `report` suggest names."""
         if view is not None:
             self.views.append(view)
@@ -118,7 +118,7 @@ class RuleTally:
 class _WhyNothing(Visitor):
     """Per node of a rule: the names it uses that are in none of `views`, and what to write instead."""
 
-    def __init__(self, views: list[TraceView]) -> None:
+    def __init__(self, views: list[View]) -> None:
         self.views = views
         self.op_names = sorted({op.name for view in views for op in view.ops})
 

@@ -1,0 +1,29 @@
+"""The spec's ranges under ``torch.compile``: ``from nvtx_regions.inductor import NvtxInductor``.
+
+`backend` is the ``torch.compile`` backend, `kernels` the view of a graph's
+kernel calls that selection works on, `check` the rules refused there,
+`placement` the lines a wrapper gains, `runtime` what those lines call, and
+`explain` what each rule selected. Imports `core`, `internals`, `language`,
+`selection` and `emission`; torch is imported on first compile.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .backend import NvtxInductor
+
+__all__ = ["NvtxInductor", "UnsupportedTorchError", "TESTED_TORCH"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "NvtxInductor":
+        from .backend import NvtxInductor
+
+        return NvtxInductor
+    if name in ("UnsupportedTorchError", "TESTED_TORCH"):
+        from ..internals import inductor
+
+        return getattr(inductor, name)
+    raise AttributeError(f"module 'nvtx_regions.inductor' has no attribute {name!r}")

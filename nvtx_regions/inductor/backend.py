@@ -1,0 +1,176 @@
+"""`NvtxInductor`: a ``torch.compile`` backend that compiles with Inductor and puts a spec's
+NVTX ranges into the Python wrapper Inductor generates, after fusion.
+
+    model = torch.compile(model, backend=NvtxInductor("each module <transformer.h.*>"))
+
+Promises:
+- The compile is Inductor's (``compile_fx``, with `options` as
+  ``torch.compile(options=)`` takes them): same kernels, same graph breaks
+  (none added), same numerics. The wrapper only gains the range lines.
+- One backend object serves every graph ``torch.compile`` hands it (graph
+  breaks, recompiles) and the forward and backward graph of each.
+- Messages, domain, categories and colours are those of
+  ``nvtx_regions.eager.annotate`` and ``NvtxProfileTransform`` for the same
+  spec (``transformer.h.0``, ``transformer.h.0 (backward)``): an Inductor
+  profile compares with an eager or a thunder one module by module.
+- Inductor's FX graph cache keys the graph by the spec and domain too (a
+  do-nothing post-grad pass whose ``uuid()`` names them), so a cache hit
+  returns code with this spec's ranges, and a plain ``torch.compile`` never
+  gets them.
+- Where Inductor runs no Python wrapper per call (CUDA graphs,
+  ``mode="reduce-overhead"``; ``cpp_wrapper``/AOTInductor) no range can be
+  placed: one `NvtxRegionsWarning` says so, and the graph compiles without.
+- Rules with no meaning under Inductor raise `SelectorError` here
+  (`inductor.check`); rules that select nothing in any graph compiled so far
+  warn (or, with ``strict=True``, raise) once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+from ..core.errors import NvtxRegionsWarning, SelectorError
+from ..core.naming import DEFAULT_DOMAIN
+from ..internals import inductor as internals
+from ..language.parse import spec_from_arguments
+from ..language.tree import render
+from ..selection.compile import compile_spec
+from ..selection.plan import Plan, make_plan
+from ..selection.unselected import RuleTally
+from .check import check_spec
+from .kernels import KernelView, kernel_view
+from .placement import placement
+
+__all__ = ["NvtxInductor", "PlacedGraph"]
+
+# Changes whenever the lines this package writes change, so older cached wrappers are not reused.
+_PLACEMENT_FORMAT = "1"
+
+
+@dataclass(frozen=True)
+class PlacedGraph:
+    """One graph this backend placed ranges in (in this process): its kernels and its plan."""
+
+    number: int  # the graph's number among those torch.compile gave this backend
+    view: KernelView
+    plan: Plan
+
+
+class NvtxInductor:
+    """A ``torch.compile`` backend: Inductor, with the ranges of `select` (spec text) and/or `spec`
+    (a ``.nvtx`` file) in the generated wrapper (see the module doc).
+
+    `domain`: the NVTX domain (None: NVTX's default one). `options`: Inductor
+    options, as ``torch.compile(options=)``. `graphs` lists what was placed.
+    """
+
+    def __init__(
+        self,
+        select: str | None = None,
+        *,
+        spec: Any = None,
+        domain: str | None = DEFAULT_DOMAIN,
+        strict: bool = False,
+        options: dict[str, Any] | None = None,
+    ) -> None:
+        internals.check_torch_version()
+        parsed = spec_from_arguments(select, spec)
+        if parsed is None:
+            raise SelectorError("NvtxInductor needs a spec: pass select='each module <...>' or spec='file.nvtx'")
+        check_spec(parsed)
+        self.spec = parsed
+        self.compiled = compile_spec(parsed)
+        self.domain = domain
+        self.strict = strict
+        self.options = dict(options or {})
+        self.graphs: list[PlacedGraph] = []
+        self._tally = RuleTally(self.compiled)
+        self._reported: set[int] = set()
+        self._calls: dict[str, int] = {}  # Dynamo's module call keys -> call numbers
+        self._graph_numbers = 0
+        self._lock = threading.Lock()
+        self._warned = False
+        text = "\n".join(render(rule) for rule in parsed.rules)
+        digest = hashlib.sha256(f"{_PLACEMENT_FORMAT}\0{domain!r}\0{text}".encode()).hexdigest()[:24]
+        self.cache_key = f"nvtx_regions:{digest}"
+
+    def __repr__(self) -> str:
+        return f"NvtxInductor({'; '.join(render(r) for r in self.spec.rules)!r}, domain={self.domain!r})"
+
+    def __call__(self, gm: Any, example_inputs: Any) -> Any:
+        """Compile one Dynamo graph with Inductor, placing the ranges in its forward and backward wrappers."""
+        internals.install()
+        config = internals.inductor_config()
+        patches = dict(self.options)
+        theirs = patches.get("post_grad_custom_post_pass", config.post_grad_custom_post_pass)
+        patches["post_grad_custom_post_pass"] = internals.cache_key_pass(self.cache_key, theirs)
+        with self._lock:
+            number = self._graph_numbers
+            self._graph_numbers += 1
+
+        def inner_compile(graph: Any, inputs: Any, **kwargs: Any) -> Any:
+            phase = "backward" if kwargs.get("is_backward") else "forward"
+            if self._cannot_place(kwargs, config):
+                return internals.compile_fx_inner(graph, inputs, **kwargs)
+            place = lambda kernels: self._place(number, phase, kernels, bool(kwargs.get("is_inference")))  # noqa: E731
+            with internals.placing(phase, place):
+                return internals.compile_fx_inner(graph, inputs, **kwargs)
+
+        return internals.compile_fx(gm, example_inputs, inner_compile=inner_compile, config_patches=patches)
+
+    def _cannot_place(self, kwargs: dict[str, Any], config: Any) -> bool:
+        cudagraphs = kwargs.get("cudagraphs")
+        cudagraphs = bool(getattr(cudagraphs, "value", cudagraphs)) or bool(config.triton.cudagraphs)
+        cpp = bool(kwargs.get("cpp_wrapper")) or bool(config.cpp_wrapper) or bool(getattr(config, "aot_inductor", None) and kwargs.get("aot_mode"))
+        if not (cudagraphs or cpp):
+            return False
+        if not self._warned:
+            self._warned = True
+            why = (
+                "CUDA graphs (mode='reduce-overhead', triton.cudagraphs) replay the kernels without host calls"
+                if cudagraphs
+                else "cpp_wrapper/AOTInductor generates a C++ wrapper, not a Python one"
+            )
+            warnings.warn(
+                f"{self!r}: no NVTX range can be placed in this graph: {why}; it compiles without ranges. "
+                "Compile without that option to get the ranges",
+                NvtxRegionsWarning,
+                stacklevel=2,
+            )
+        return True
+
+    def _place(self, number: int, phase: str, kernels: list[Any], inference: bool) -> Any:
+        name = f"graph {number} ({phase})"
+        view = kernel_view(kernels, phase, name, self._calls)  # type: ignore[arg-type]
+        plan = make_plan(self.compiled, view, self.domain)
+        with self._lock:
+            self.graphs.append(PlacedGraph(number, view, plan))
+            self._tally.add(plan, view)
+        if phase == "backward" or inference:
+            self._report()
+        return placement(plan, view, self.compiled, self.domain)
+
+    def _report(self) -> None:
+        problems = []
+        for rule in self._tally.unselected():
+            if rule.number in self._reported:
+                continue
+            self._reported.add(rule.number)
+            reason = self._tally.reason(rule)
+            problems.append(
+                f"{rule.describe()} selected nothing in the graphs compiled so far{'; ' + reason if reason else ''}"
+            )
+        if problems and self.strict:
+            raise SelectorError("; ".join(problems))
+        for problem in problems:
+            warnings.warn(problem, NvtxRegionsWarning, stacklevel=2)
+
+    def explain(self) -> str:
+        """What each rule selected in each graph placed so far (`inductor.explain`)."""
+        from .explain import explain_graphs
+
+        return explain_graphs(self)

@@ -1,0 +1,125 @@
+"""The view of one Inductor graph's kernel calls that selection works on (`selection.view.View`).
+
+Promises:
+- One op per kernel call of the generated wrapper, in the order the wrapper
+  calls them: C++/Triton kernels (``cpp_fused_add_0``), extern kernels
+  (``extern_kernels.addmm``), fallbacks (``aten._scaled_dot_product_...``).
+- A kernel goes by its own name, by its last component (``addmm``) and by
+  the aten ops it was generated from (``native_layer_norm``, ``mm``): what
+  ``op in <...>`` matches.
+- A kernel belongs to the deepest module call that contains every origin
+  that has a module (`core.calls.common_chain`): a kernel whose origins span
+  two modules belongs to their common parent, as a thunder fusion does. A
+  kernel none of whose origins has a module (a backward's gradient
+  accumulation) belongs to no module, so it neither opens nor closes a
+  module's range: it lies inside the range around it.
+- A backward kernel has the modules of the forward nodes it is the
+  gradient of (AOTAutograd's ``fwd_nn_module_stack``).
+- Nothing else is recorded: no proxies, no markers, no source lines, no
+  hoisting. `inductor.check` refuses the rules that would need them.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from ..core.calls import Chain, ModuleCall, common_chain
+from ..internals.inductor import WrapperKernel
+from ..selection.view import Phase
+
+__all__ = ["Kernel", "KernelView", "kernel_view"]
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel call, as an op of the view."""
+
+    index: int  # its position among the graph's kernel calls
+    name: str
+    names: tuple[str, ...]  # every name it goes by (see the module doc)
+    chain: Chain | None
+    first_line: int  # its lines in the wrapper
+    last_line: int
+    reads: tuple[str, ...] = ()
+    writes: tuple[str, ...] = ()
+    is_fusion: bool = False
+    bsym: Any = None
+
+
+@dataclass
+class KernelView:
+    """The kernel calls of one compiled graph (forward or backward), in order."""
+
+    ops: Sequence[Kernel]
+    phase: Phase
+    name: str  # the graph's name in reports: "graph 0 (forward)"
+    classes: dict[str, str] = field(default_factory=dict)  # module path -> class name, from the origins
+    forward: None = None
+
+    @functools.cached_property
+    def everything(self) -> int:
+        return (1 << len(self.ops)) - 1
+
+    @functools.cached_property
+    def by_name(self) -> dict[str, int]:
+        masks: dict[str, int] = {}
+        for position, op in enumerate(self.ops):
+            for name in op.names:
+                masks[name] = masks.get(name, 0) | (1 << position)
+        return masks
+
+    by_read: dict[str, int] = field(default_factory=dict)
+    proxy_names: frozenset[str] = frozenset()
+    marker_log: None = None
+    parameter_only: int = 0
+
+    @functools.cached_property
+    def origins(self) -> list[int | None]:
+        return [None] * len(self.ops)
+
+    @functools.cached_property
+    def module_chains(self) -> list[Chain | None]:
+        return [op.chain for op in self.ops]
+
+    @property
+    def module_classes(self) -> dict[str, str]:
+        return self.classes
+
+    @functools.cached_property
+    def marker_stacks(self) -> list[tuple]:
+        return [()] * len(self.ops)
+
+    @functools.cached_property
+    def source_lines(self) -> list[tuple]:
+        return [()] * len(self.ops)
+
+    def region_start(self, name: str) -> int | None:
+        return None
+
+    def region_end(self, name: str) -> int | None:
+        return None
+
+
+def kernel_view(kernels: list[WrapperKernel], phase: Phase, name: str, calls: dict[str, int]) -> KernelView:
+    """The view of a wrapper's `kernels`. `calls` numbers module calls by Dynamo's key, across the
+    graphs of one backend (a key seen first gets the next number)."""
+    ops = []
+    classes: dict[str, str] = {}
+    for position, kernel in enumerate(kernels):
+        chains = []
+        names = dict.fromkeys([kernel.name, kernel.name.rsplit(".", 1)[-1]])
+        for origin in kernel.origins:
+            if origin.op:
+                names[origin.op] = None
+            if origin.modules:
+                chain = []
+                for key, path, cls in origin.modules:
+                    classes.setdefault(path, cls)
+                    chain.append(ModuleCall(path, cls, calls.setdefault(key, len(calls))))
+                chains.append(tuple(chain))
+        ops.append(
+            Kernel(position, kernel.name, tuple(names), common_chain(chains), kernel.first, kernel.last)
+        )
+    return KernelView(ops, phase, name, classes)

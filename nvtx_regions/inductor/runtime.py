@@ -1,0 +1,76 @@
+"""What a generated wrapper calls: its ranges' prebuilt NVTX attributes, and the functions
+that push and pop them.
+
+A wrapper's header builds one `GraphRanges` from literals (its ranges'
+messages, colours, categories and gates), so code that Inductor's cache
+hands to another process builds the same ranges there. Its ``call`` then
+reads, per range, ``nvtx_regions_push(nvtx_regions_attr_3)`` ... ``nvtx_regions_pop()``:
+the NVTX domain's own ``push_range``/``pop_range`` (C methods of the ``nvtx``
+package; no-ops with no tool attached). A range that crosses another
+(a module call Inductor interleaved with another's kernels) is a start/end
+range: ``nvtx_regions_started_3 = nvtx_regions_start(...)``, ``nvtx_regions_end(...)``.
+
+Gated ranges (``rank in <...>``, ``steps a..b``) have their own functions,
+``nvtx_regions_push_g1`` and so on. The first line of a gated ``call``,
+``nvtx_regions_ranges.enter(globals())``, counts the call (steps are calls
+of this graph, from 0) and sets each gate's functions to NVTX's or to
+no-ops for this call.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Sequence
+
+from ..emission.runtime import Domain, current_rank
+from ..selection.compile import Gate
+
+__all__ = ["GraphRanges", "function_names"]
+
+# C callables that do nothing, for a closed gate: push(attributes), pop(), start(attributes), end(started).
+_NO_PUSH = {}.get
+_NO_POP = [].clear
+_NO_START = {}.get
+_NO_END = {}.get
+
+GateText = tuple[tuple[tuple[int, ...] | None, int | None, int | None], ...]
+
+
+def function_names(group: str) -> tuple[str, str, str, str]:
+    """The globals of a gate group's push, pop, start and end (`group`: "" or "_g1", ...)."""
+    return tuple(f"nvtx_regions_{kind}{group}" for kind in ("push", "pop", "start", "end"))  # type: ignore[return-value]
+
+
+class GraphRanges:
+    """The ranges of one generated wrapper.
+
+    `ranges`: per range (message, colour, category). `gates`: per gate group
+    name ("_g1", ...), its gates as ``(ranks or None, first step, last step)``.
+    """
+
+    def __init__(
+        self, domain: str | None, ranges: Sequence[tuple[str, int, str]], gates: dict[str, GateText] | None = None
+    ) -> None:
+        self.domain = Domain(domain)
+        self.attributes = tuple(self.domain.attributes(m, color=c, category=k) for m, c, k in ranges)
+        handle = self.domain.handle
+        self._nvtx = (handle.push_range, handle.pop_range, handle.start_range, handle.end_range)
+        self.gates = {
+            group: frozenset(Gate(None if r is None else frozenset(r), first, last) for r, first, last in text)
+            for group, text in (gates or {}).items()
+        }
+        self._calls = itertools.count()
+
+    def functions(self, group: str = "") -> tuple[Any, Any, Any, Any]:
+        """(push, pop, start, end) of a gate group before the first call: NVTX's for "" (no gate), no-ops for a gate."""
+        return self._nvtx if not group else (_NO_PUSH, _NO_POP, _NO_START, _NO_END)
+
+    def enter(self, names: dict[str, Any]) -> None:
+        """Count a call of the graph and set each gate group's functions in `names` (the wrapper's globals)."""
+        step = next(self._calls)
+        rank = current_rank()
+        for group, gates in self.gates.items():
+            on = any(gate.is_open(rank, step) for gate in gates)
+            functions = self._nvtx if on else (_NO_PUSH, _NO_POP, _NO_START, _NO_END)
+            for name, function in zip(function_names(group), functions):
+                names[name] = function

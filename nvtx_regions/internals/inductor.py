@@ -1,0 +1,385 @@
+"""Every reach into torch's Inductor, Dynamo and AOTAutograd internals, in one place.
+
+Checked on torch 2.11 (CPU, Python wrapper). Each entry says what breaks without it.
+
+Where ranges go: Inductor writes the Python wrapper of a graph (the ``call``
+function that runs its kernels in order) as a list of lines,
+``PythonWrapperCodegen.lines``, and turns them into text in ``_generate``.
+Three methods are wrapped (`install`), and act only while `placing` is on
+for the graph being compiled (a plain ``torch.compile`` in the same process
+sees no change):
+- ``Scheduler.enter_context(node)`` (``_inductor/scheduler.py``) runs before
+  each final, fused scheduler node is generated. The wrapper appends a
+  `_NodeMark` with the node's FX origins to the lines. Without it: which
+  lines belong to which node is unknown.
+- ``CppScheduling.flush`` (``_inductor/codegen/cpp.py``) writes the call of a
+  CPU kernel group, which holds the nodes generated since the last flush. It
+  runs after the *next* node's ``enter_context`` (an extern kernel's), so a
+  group's call sits under the next node's mark. The wrapper brackets the
+  flush with a `_FlushMark` (the group's own nodes) and a `_FlushEnd`.
+  Without it: a block's residual-add kernel is counted in the next block.
+  (The Triton flush writes nothing; its nodes' calls follow their marks.)
+- ``PythonWrapperCodegen.run_wrapper_ir_passes`` (``codegen/wrapper.py``)
+  plans memory on the lines just before they become text. The wrapper takes
+  the marks out first (so memory planning sees exactly the lines it would
+  see without us), runs it, hands the kernels it found to the placer, and
+  inserts the placer's lines at their indices (planning replaces lines in
+  place and only drops trailing ones, so indices stay valid), and its header
+  lines after the wrapper's header.
+
+Which module an FX node came from: Dynamo records the module calls running
+when a node was traced in ``node.meta["nn_module_stack"]`` (key -> (path
+as Dynamo's source names it, e.g. ``L['self'].transformer.h.0``, class)).
+AOTAutograd copies a forward node's stack to the backward nodes of the same
+``seq_nr`` as ``meta["fwd_nn_module_stack"]`` (``_functorch/_aot_autograd/
+utils.py``); pattern rewrites keep ``nn_module_stack`` but not that, and
+gradient-accumulation adds carry neither.
+
+The FX graph cache (``codecache.py``) stores the generated wrapper, and its
+key does not cover the wrapper's code generation. A custom post-grad pass
+that does nothing, whose ``uuid()`` names the spec (`cache_key_pass`), makes
+an annotated graph and a plain one separate cache entries (the key includes
+``config.post_grad_custom_post_pass.uuid()``).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+__all__ = [
+    "TESTED_TORCH", "UnsupportedTorchError", "check_torch_version", "Origin", "WrapperKernel", "Placement",
+    "install", "uninstall", "placing", "cache_key_pass", "compile_fx", "compile_fx_inner", "graph_breaks",
+    "inductor_config", "module_path",
+]  # fmt: skip
+
+# The torch releases (major.minor) whose Inductor this module was checked on.
+TESTED_TORCH = ("2.11",)
+
+
+class UnsupportedTorchError(RuntimeError):
+    """The installed torch is not one whose Inductor internals nvtx_regions was checked on."""
+
+
+def check_torch_version(version: str | None = None) -> None:
+    """Raise `UnsupportedTorchError` unless torch (or `version`) is a `TESTED_TORCH` release."""
+    if version is None:
+        import torch
+
+        version = torch.__version__
+    release = ".".join(str(version).split("+")[0].split(".")[:2])
+    if release not in TESTED_TORCH:
+        raise UnsupportedTorchError(
+            f"nvtx_regions.inductor.NvtxInductor places ranges in Inductor's generated wrapper, which it was "
+            f"checked on for torch {', '.join(TESTED_TORCH)} only; this is torch {version}. Use one of those "
+            "torch versions, or annotate eagerly with nvtx_regions.eager.annotate"
+        )
+
+
+def compile_fx(*args: Any, **kwargs: Any) -> Any:
+    """``torch._inductor.compile_fx.compile_fx``: what ``torch.compile(backend="inductor")`` runs (2.11)."""
+    from torch._inductor.compile_fx import compile_fx as inductor
+
+    return inductor(*args, **kwargs)
+
+
+def compile_fx_inner(*args: Any, **kwargs: Any) -> Any:
+    """``compile_fx_inner``: compiles one forward or backward graph, through the FX graph cache (2.11).
+    Its keyword ``is_backward`` says which; ``cpp_wrapper`` whether a C++ wrapper is generated."""
+    from torch._inductor.compile_fx import compile_fx_inner as inner
+
+    return inner(*args, **kwargs)
+
+
+def inductor_config() -> Any:
+    """``torch._inductor.config`` (2.11): options such as ``cpp_wrapper`` and ``triton.cudagraphs``."""
+    from torch._inductor import config
+
+    return config
+
+
+def graph_breaks() -> int:
+    """How many graph breaks Dynamo has counted in this process (``torch._dynamo.utils.counters``, 2.11)."""
+    from torch._dynamo.utils import counters
+
+    return sum(counters["graph_break"].values())
+
+
+# -- FX origins ------------------------------------------------------------------
+
+_SOURCE_ROOT = re.compile(r"^[LG]\[['\"][^'\"]*['\"]\]")
+_ITEM = re.compile(r"\[['\"]?([^'\"\]]*)['\"]?\]")
+
+
+def module_path(source: str) -> str:
+    """A module's path as ``named_modules()`` gives it, from Dynamo's source name of it.
+
+    ``L['self'].transformer.h.0`` -> ``transformer.h.0``; ``L['self'].h[0]`` and
+    ``L['self']._modules['h']['0']`` -> ``h.0``. (2.11 writes the first form.)
+    """
+    path = _SOURCE_ROOT.sub("", source)
+    path = _ITEM.sub(lambda m: "." + m.group(1), path).replace("._modules.", ".")
+    return ".".join(part for part in path.split(".") if part and part != "_modules")
+
+
+@dataclass(frozen=True)
+class Origin:
+    """One FX node a kernel was generated from."""
+
+    name: str  # the FX node's name
+    op: str  # its aten op (``addmm``), or "" for a node that calls none
+    # The module calls running when it was traced, outermost first: (call key, path, class name);
+    # in a backward graph, those of the forward node it is the gradient of.
+    modules: tuple[tuple[str, str, str], ...]
+
+
+def _origin(node: Any, phase: str) -> Origin:
+    meta = getattr(node, "meta", {}) or {}
+    stack = None
+    if phase == "backward":
+        stack = meta.get("fwd_nn_module_stack")
+    if not stack:
+        # Forward; or a forward value recomputed in the backward (it keeps its own stack).
+        stack = meta.get("nn_module_stack")
+    modules = []
+    for key, value in (stack or {}).items():
+        source, cls = value[0], value[1]
+        name = cls if isinstance(cls, str) else getattr(cls, "__name__", str(cls))
+        modules.append((str(key), module_path(str(source)), name.rsplit(".", 1)[-1]))
+    target = getattr(node, "target", None)
+    op = ""
+    if getattr(node, "op", None) == "call_function":
+        packet = getattr(target, "overloadpacket", None)
+        op = getattr(packet, "__name__", None) or getattr(target, "__name__", "") or ""
+    return Origin(str(getattr(node, "name", "")), op, tuple(modules))
+
+
+@dataclass(frozen=True)
+class WrapperKernel:
+    """One kernel call of a generated wrapper: its lines are ``first``..``last`` of the planned lines."""
+
+    name: str  # as the wrapper calls it: ``cpp_fused_add_0``, ``extern_kernels.addmm``, ``aten.mm``
+    origins: tuple[Origin, ...]
+    first: int
+    last: int
+
+
+@dataclass(frozen=True)
+class Placement:
+    """What the placer adds to one wrapper: lines before/after planned line indices, and header lines."""
+
+    before: dict[int, list[str]]
+    after: dict[int, list[str]]
+    header: list[str]
+
+
+@dataclass
+class _Active:
+    phase: str
+    place: Callable[[list[WrapperKernel]], Placement | None]
+
+
+class _NodeMark:
+    __slots__ = ("origins",)
+
+    def __init__(self, origins: tuple[Any, ...]) -> None:
+        self.origins = origins
+
+
+class _FlushMark(_NodeMark):
+    __slots__ = ()
+
+
+class _FlushEnd:
+    __slots__ = ()
+
+
+_state = threading.local()
+
+
+@contextmanager
+def placing(phase: str, place: Callable[[list[WrapperKernel]], Placement | None]) -> Iterator[None]:
+    """While on, the wrappers generated on this thread get `place`'s lines (`install` must have run)."""
+    previous = getattr(_state, "active", None)
+    _state.active = _Active(phase, place)
+    try:
+        yield
+    finally:
+        _state.active = previous
+
+
+def _active() -> _Active | None:
+    return getattr(_state, "active", None)
+
+
+def _node_origins(node: Any) -> tuple[Any, ...]:
+    """The FX nodes a scheduler node came from, in graph order (what ``enter_context`` reads, 2.11)."""
+    found: dict[Any, None] = {}
+    for part in node.get_nodes():
+        if part.node is not None:
+            for origin in part.node.get_origins():
+                found[origin] = None
+    return tuple(found)
+
+
+_saved: dict[str, Any] = {}
+
+
+def install() -> None:
+    """Wrap the three Inductor methods (see the module doc); once per process. `uninstall` undoes it."""
+    if _saved:
+        return
+    check_torch_version()
+    from torch._inductor.codegen.cpp import CppScheduling
+    from torch._inductor.codegen.wrapper import PythonWrapperCodegen
+    from torch._inductor.scheduler import Scheduler
+    from torch._inductor.virtualized import V
+
+    enter_context = Scheduler.enter_context
+    flush = CppScheduling.flush
+    passes = PythonWrapperCodegen.run_wrapper_ir_passes
+
+    def marked_enter_context(self: Any, node: Any) -> None:
+        if _active() is not None:
+            V.graph.wrapper_code.lines.append(_NodeMark(_node_origins(node)))
+        return enter_context(self, node)
+
+    def marked_flush(self: Any) -> None:
+        if _active() is None:
+            return flush(self)
+        lines = V.graph.wrapper_code.lines
+        group = tuple(self.kernel_group.scheduled_nodes)
+        found: dict[Any, None] = {}
+        for node in group:
+            if getattr(node, "node", None) is not None:
+                for origin in node.node.get_origins():
+                    found[origin] = None
+        lines.append(_FlushMark(tuple(found)))
+        try:
+            return flush(self)
+        finally:
+            lines.append(_FlushEnd())
+
+    def placed_passes(self: Any, is_inference: bool) -> None:
+        active = _active()
+        if active is None or type(self) is not PythonWrapperCodegen:
+            self.lines = [line for line in self.lines if not isinstance(line, (_NodeMark, _FlushEnd))]
+            return passes(self, is_inference)
+        kernels = _split(self, active.phase)
+        passes(self, is_inference)
+        placement = active.place(kernels)
+        if placement is not None:
+            _insert(self, placement)
+
+    Scheduler.enter_context = marked_enter_context
+    CppScheduling.flush = marked_flush
+    PythonWrapperCodegen.run_wrapper_ir_passes = placed_passes
+    _saved.update(enter_context=enter_context, flush=flush, passes=passes)
+
+
+def uninstall() -> None:
+    """Restore the three methods `install` wrapped."""
+    if not _saved:
+        return
+    from torch._inductor.codegen.cpp import CppScheduling
+    from torch._inductor.codegen.wrapper import PythonWrapperCodegen
+    from torch._inductor.scheduler import Scheduler
+
+    Scheduler.enter_context = _saved["enter_context"]
+    CppScheduling.flush = _saved["flush"]
+    PythonWrapperCodegen.run_wrapper_ir_passes = _saved["passes"]
+    _saved.clear()
+
+
+def _kernel_name(line: Any) -> str | None:
+    """The kernel a wrapper line calls, or None for a line that calls none (memory planning, comments)."""
+    from torch._inductor.codegen import wrapper
+
+    if isinstance(line, wrapper.KernelCallLine):
+        return line.kernel_name
+    if isinstance(line, (wrapper.ExternKernelOutLine, wrapper.ExternKernelAllocLine)):
+        node = line.node
+        name = getattr(node, "python_kernel_name", None) or node.get_kernel_name()
+        return str(name).removeprefix("torch.ops.")
+    return None
+
+
+def _split(wrapper: Any, phase: str) -> list[WrapperKernel]:
+    """Take the marks out of `wrapper.lines` and return its kernel calls with their origins."""
+    kept: list[Any] = []
+    kernels: list[list[Any]] = []  # [name, origins, first, last]
+    current: tuple[Any, ...] = ()
+    outer: list[tuple[Any, ...]] = []
+    run: list[Any] | None = None  # the kernel of the current run of lines, once it calls one
+    start = 0  # where the current run of lines (since the last mark) starts
+    for line in wrapper.lines:
+        if isinstance(line, (_NodeMark, _FlushEnd)):
+            if isinstance(line, _FlushMark):
+                outer.append(current)
+                current = line.origins
+            elif isinstance(line, _NodeMark):
+                current = line.origins
+            else:
+                current = outer.pop() if outer else ()
+            run, start = None, len(kept)
+            continue
+        name = _kernel_name(line)
+        index = len(kept)
+        kept.append(line)
+        if name is not None and run is None:
+            run = [name, current, start, index]
+            kernels.append(run)
+        elif run is not None:
+            run[3] = index
+    wrapper.lines = kept
+    origins_of: dict[Any, Origin] = {}
+
+    def convert(nodes: tuple[Any, ...]) -> tuple[Origin, ...]:
+        out = []
+        for node in nodes:
+            if node not in origins_of:
+                origins_of[node] = _origin(node, phase)
+            out.append(origins_of[node])
+        return tuple(out)
+
+    # A kernel's lines run from the mark before it (its allocations, its comment) to the
+    # next mark (its asserts, the frees after it).
+    return [WrapperKernel(name, convert(nodes), first, last) for name, nodes, first, last in kernels]
+
+
+def _insert(wrapper: Any, placement: Placement) -> None:
+    lines = wrapper.lines
+    out: list[Any] = []
+    for index, line in enumerate(lines):
+        out.extend(placement.before.get(index, ()))
+        out.append(line)
+        out.extend(placement.after.get(index, ()))
+    for index in sorted(i for i in (*placement.before, *placement.after) if i >= len(lines)):
+        # Memory planning dropped trailing lines: what was to follow them goes last.
+        out.extend(placement.before.get(index, ()))
+        out.extend(placement.after.get(index, ()))
+    wrapper.lines = out
+    for line in placement.header:
+        wrapper.header.writeline(line)
+
+
+def cache_key_pass(key: str, theirs: Any = None) -> Any:
+    """A do-nothing post-grad pass whose ``uuid()`` is `key` (with `theirs`'s, a user's own pass,
+    which it runs): set as ``post_grad_custom_post_pass``, it keys the FX graph cache by the spec."""
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    class NvtxRegionsCacheKey(CustomGraphPass):
+        def __call__(self, graph: Any) -> None:
+            if theirs is not None:
+                theirs(graph)
+
+        def uuid(self) -> Any:
+            if theirs is None:
+                return key
+            inner = theirs.uuid() if isinstance(theirs, CustomGraphPass) else None
+            return None if inner is None else (key, inner)
+
+    return NvtxRegionsCacheKey()

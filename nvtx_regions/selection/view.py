@@ -1,0 +1,76 @@
+"""What selection reads of a compiled program: the `View` protocol.
+
+Selection and planning work on any object with these attributes, whichever
+compiler made the program: `attribution.traceview.TraceView` is a thunder
+trace's, `nvtx_regions.inductor.kernels.KernelView` an Inductor graph's
+kernel calls. Positions are indexes into `ops`; selections are Python ints
+used as bitsets over them. Facts a compiler does not record are empty (no
+markers, no source lines, no proxies); the rules that would need them are
+refused when the spec is checked for that compiler.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, Sequence
+
+from ..attribution.traceview import Phase
+
+__all__ = ["Phase", "ViewOp", "View"]
+
+
+class ViewOp(Protocol):
+    """One op (a bound symbol, a kernel call) of a program."""
+
+    index: int  # where its range lines go: the emitter's position for it
+    name: str
+    reads: tuple[str, ...]  # proxy names it consumes
+    writes: tuple[str, ...]  # proxy names it produces
+    is_fusion: bool
+    bsym: Any  # the thunder bound symbol; None elsewhere
+
+
+class View(Protocol):
+    """A program as selection sees it (see the module doc). `__dict__` holds per-view caches."""
+
+    ops: Sequence[ViewOp]
+    phase: Phase
+    name: str
+    forward: View | None  # a backward's forward, when known
+    __dict__: dict[str, Any]
+
+    @property
+    def everything(self) -> int: ...  # every position set
+
+    @property
+    def by_name(self) -> dict[str, int]: ...  # a name an op goes by -> positions of the ops with it
+
+    @property
+    def by_read(self) -> dict[str, int]: ...  # proxy name -> positions of the ops that read it
+
+    @property
+    def proxy_names(self) -> frozenset[str]: ...
+
+    @property
+    def origins(self) -> list[int | None]: ...  # per op of a backward: its forward origins (a bitset)
+
+    @property
+    def module_chains(self) -> list[Any]: ...  # per op: its module calls, outermost first, or None
+
+    @property
+    def module_classes(self) -> dict[str, str]: ...  # module path -> class name
+
+    @property
+    def parameter_only(self) -> int: ...  # ops that read only static values (hoisted from ranges)
+
+    @property
+    def marker_stacks(self) -> list[Any]: ...  # per op: the user's markers open around it
+
+    @property
+    def marker_log(self) -> Any: ...
+
+    @property
+    def source_lines(self) -> list[tuple[tuple[str, int], ...]]: ...
+
+    def region_start(self, name: str) -> int | None: ...
+
+    def region_end(self, name: str) -> int | None: ...
