@@ -28,7 +28,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from .core.naming import DEFAULT_DOMAIN
-from .core.profiling import BACKENDS, ENV_BACKEND, ENV_SPEC, step_message
+from .core.profiling import BACKENDS, ENV_BACKEND, ENV_SPEC, STEP_CATEGORY, step_message
 
 __all__ = ["compile", "steps", "BACKENDS", "ENV_BACKEND", "ENV_SPEC", "DEFAULT_BACKEND", "DEFAULT_SELECT"]
 
@@ -114,14 +114,15 @@ def steps(iterable: Iterable[T], *, domain: str | None = DEFAULT_DOMAIN) -> Iter
 
     The range is pushed before an item is handed out and popped when the loop
     asks for the next one, or when it ends (``break`` and exceptions too:
-    the generator is closed then). `domain`: the spec's NVTX domain, so that
+    the generator is closed then). Its NVTX category is ``nvtx_regions.steps``
+    (one row in a per-rule summary). `domain`: the spec's NVTX domain, so that
     ``nvtx-regions profile`` (and nsys's domain filter) sees the steps.
     """
     from .emission.runtime import Domain
 
     marks = Domain(domain)
     for number, item in enumerate(iterable):
-        marks.handle.push_range(marks.attributes(step_message(number)))
+        marks.handle.push_range(marks.attributes(step_message(number), category=STEP_CATEGORY))
         try:
             yield item
         finally:

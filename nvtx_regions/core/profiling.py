@@ -2,7 +2,7 @@
 
 The backends, and the environment variables through which the command
 chooses a script's backend and spec. `nvtx_regions.steps` pushes one range per training step, named ``step N``
-(N from 0), in the spec's NVTX domain. ``nvtx-regions profile`` reads them
+(N from 0), in the spec's NVTX domain and category ``nvtx_regions.steps``. ``nvtx-regions profile`` reads them
 back from a report to tell warm-up steps from measured ones. The message is
 not a module path, so it is never taken for a module range.
 """
@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["BACKENDS", "ENV_BACKEND", "ENV_SPEC", "step_message", "step_number"]
+__all__ = ["BACKENDS", "ENV_BACKEND", "ENV_SPEC", "STEP_CATEGORY", "step_message", "step_number"]
 
 BACKENDS = ("eager", "thunder", "inductor")
 # Set by `nvtx-regions profile` for each run of the user's command.
 ENV_BACKEND = "NVTX_REGIONS_BACKEND"
 ENV_SPEC = "NVTX_REGIONS_SPEC"
+# The NVTX category of the step ranges: one row in a per-rule summary (rules' categories are their labels).
+STEP_CATEGORY = "nvtx_regions.steps"
 
 _STEP = re.compile(r"step (0|[1-9][0-9]*)")
 
