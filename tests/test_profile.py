@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from nvtx_regions.core.profiling import ENV_BACKEND, ENV_SPEC
-from nvtx_regions.report.backends_table import compare_backends, read_run
+from nvtx_regions.report.backends_table import compare_backends, read_run, render_backends
 from nvtx_regions.testing import capture_subprocess, load_chrome_trace, unavailable_reason
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -247,6 +247,37 @@ def test_picture_one_group_per_module_bars_and_ratios(tutorial):
                 assert float(text[:-1]) == pytest.approx(expected, rel=0.01, abs=0.006)
     assert max(scale) == pytest.approx(min(scale), rel=1e-3)  # heights proportional to the medians
     assert all(len(c) == 1 for c in colors.values()) and len({c for s in colors.values() for c in s}) == len(backends)
+
+
+def test_gpu_projected_time_where_the_report_holds_kernels(tutorial, tmp_path):
+    # No GPU here: the eager run's real export, with one CUDA launch and kernel added inside each block
+    # range (kernel k lasts 1000 + k ns), as a GPU run records them; the table must show those spans.
+    backends, out, _ = tutorial
+    path = tmp_path / "gpu.sqlite"
+    shutil.copy(out / "eager" / "report.sqlite", path)
+    db = sqlite3.connect(path)
+    (push_pop,) = db.execute("SELECT id FROM ENUM_NSYS_EVENT_TYPE WHERE name = 'NvtxPushPopRange'").fetchone()
+    ranges = db.execute(
+        "SELECT e.start, e.end, e.globalTid, COALESCE(s.value, e.text) FROM NVTX_EVENTS e "
+        "LEFT JOIN StringIds s ON s.id = e.textId WHERE e.eventType = ? ORDER BY e.start", (push_pop,),
+    ).fetchall()  # fmt: skip
+    db.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INT, end INT, globalTid INT, correlationId INT)")
+    db.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INT, end INT, correlationId INT)")
+    spans: dict[tuple[str, str], list[int]] = {}
+    for k, (start, end, tid, message) in enumerate(r for r in ranges if r[3].partition(" (")[0] in BLOCKS):
+        db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, ?)", (start + 1, start + 2, tid, k))
+        db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, ?)", (end + 50, end + 50 + 1000 + k, k))
+        key = (message.partition(" (")[0], "backward" if message.endswith("(backward)") else "forward")
+        spans.setdefault(key, []).append(1000 + k)
+    db.commit()
+    db.close()
+    table = compare_backends([read_run("eager", [str(path)], domain="nvtx_regions")], warmup=1)
+    assert table.time == "GPU-projected time"
+    # 5 steps, one range each per block and pass: the last 3 are the measured ones.
+    assert {(r.module, r.phase): r.times[0].median_ns for r in table.rows} == {
+        key: statistics.median(found[2:]) for key, found in spans.items()
+    }
+    assert render_backends(table).startswith("GPU-projected time per module call")
 
 
 # ------------------------------------------------------------------ under our capture: missing, failed, ranks
