@@ -270,7 +270,9 @@ def render_backends(table: BackendsTable) -> str:
     lines.append("")
     for line in [head, ["-" * w for w in widths], *body]:
         lines.append("  ".join([line[0].ljust(widths[0]), line[1].ljust(widths[1])] + [c.rjust(w) for c, w in zip(line[2:], widths[2:])]).rstrip())
-    if not table.rows:
+    if not table.rows and all(failure is not None for failure in table.failures):
+        lines.append("(no module ranges: every run failed)")
+    elif not table.rows:
         lines.append("(no module ranges in any run: the spec needs an `each module` or `each class` rule)")
     after = [f"note: {note}" for note in table.notes]
     after += [f"{backend} failed: {failure}" for backend, failure in zip(table.backends, table.failures) if failure is not None]
