@@ -20,7 +20,6 @@ import sqlite3
 import statistics
 import subprocess
 import sys
-import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -252,7 +251,7 @@ def test_picture_one_group_per_module_bars_and_ratios(tutorial):
 def test_gpu_projected_time_where_the_report_holds_kernels(tutorial, tmp_path):
     # No GPU here: the eager run's real export, with one CUDA launch and kernel added inside each block
     # range (kernel k lasts 1000 + k ns), as a GPU run records them; the table must show those spans.
-    backends, out, _ = tutorial
+    _, out, _ = tutorial
     path = tmp_path / "gpu.sqlite"
     shutil.copy(out / "eager" / "report.sqlite", path)
     db = sqlite3.connect(path)
@@ -418,8 +417,8 @@ def test_usage_error_messages(tmp_path, capsys):
 
 
 def test_auto_tool_is_capture_without_nsys(monkeypatch, tmp_path):
-    from nvtx_regions.commands.profile import choose_tool
     from nvtx_regions.commands.child import CommandError
+    from nvtx_regions.commands.profile import choose_tool
 
     monkeypatch.setenv("PATH", str(tmp_path))  # nothing there
     assert choose_tool("auto") == "capture" and choose_tool("capture") == "capture"

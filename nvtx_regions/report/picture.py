@@ -50,9 +50,11 @@ def render_svg(table: BackendsTable) -> str:
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
         f'viewBox="0 0 {width:.0f} {height:.0f}" font-family="sans-serif" font-size="11">',
-        f'<rect width="100%" height="100%" fill="white"/>',
-        f'<text class="title" x="{_LEFT}" y="20" font-size="14">'
-        f"{escape(table.time)} per module call, median over the measured steps; ratio: backend / {escape(table.baseline)}</text>",
+        '<rect width="100%" height="100%" fill="white"/>',
+        (
+            f'<text class="title" x="{_LEFT}" y="20" font-size="14">'
+            f"{escape(table.time)} per module call, median over the measured steps; ratio: backend / {escape(table.baseline)}</text>"
+        ),
     ]
     for i, backend in enumerate(table.backends):
         x = _LEFT + i * 130
