@@ -13,10 +13,10 @@ Promises:
   ``nvtx_regions.eager.annotate`` and ``NvtxProfileTransform`` for the same
   spec (``transformer.h.0``, ``transformer.h.0 (backward)``): an Inductor
   profile compares with an eager or a thunder one module by module.
-- Inductor's FX graph cache keys the graph by the spec and domain too (a
-  do-nothing post-grad pass whose ``uuid()`` names them), so a cache hit
-  returns code with this spec's ranges, and a plain ``torch.compile`` never
-  gets them.
+- Inductor's caches (FX graph, AOTAutograd) key the graph by the spec, the
+  domain and the graph's module stacks too (a do-nothing post-grad pass
+  whose ``uuid()`` names them), so a cache hit returns code with this spec's
+  ranges for these modules, and a plain ``torch.compile`` never gets them.
 - Where Inductor runs no Python wrapper per call (CUDA graphs,
   ``mode="reduce-overhead"``; ``cpp_wrapper``/AOTInductor) no range can be
   placed: one `NvtxRegionsWarning` says so, and the graph compiles without.
@@ -101,13 +101,23 @@ class NvtxInductor:
     def __repr__(self) -> str:
         return f"NvtxInductor({'; '.join(render(r) for r in self.spec.rules)!r}, domain={self.domain!r})"
 
-    def __call__(self, gm: Any, example_inputs: Any) -> Any:
-        """Compile one Dynamo graph with Inductor, placing the ranges in its forward and backward wrappers."""
+    def __deepcopy__(self, memo: dict[int, Any]) -> NvtxInductor:
+        # One backend serves every graph, and what it placed is its record: a copy (lightning
+        # deep-copies torch.compile's arguments) is the same backend.
+        return self
+
+    def __call__(self, gm: Any, example_inputs: Any, *, mode: str | None = None, options: dict | None = None) -> Any:
+        """Compile one Dynamo graph with Inductor, placing the ranges in its forward and backward wrappers.
+
+        `mode` and `options` are what ``torch.compile(backend=..., mode=, options=)`` passes on;
+        `options` adds to (and overrides) the constructor's.
+        """
         internals.install()
         config = internals.inductor_config()
-        patches = dict(self.options)
+        patches = {**internals.mode_options(mode), **self.options, **(options or {})}
         theirs = patches.get("post_grad_custom_post_pass", config.post_grad_custom_post_pass)
-        patches["post_grad_custom_post_pass"] = internals.cache_key_pass(self.cache_key, theirs)
+        key = f"{self.cache_key}:{internals.module_digest(gm)}"
+        patches["post_grad_custom_post_pass"] = internals.cache_key_pass(key, theirs)
         with self._lock:
             number = self._graph_numbers
             self._graph_numbers += 1
@@ -123,9 +133,10 @@ class NvtxInductor:
         return internals.compile_fx(gm, example_inputs, inner_compile=inner_compile, config_patches=patches)
 
     def _cannot_place(self, kwargs: dict[str, Any], config: Any) -> bool:
+        """Whether this graph gets no Python wrapper run per call (warning once if so)."""
         cudagraphs = kwargs.get("cudagraphs")
         cudagraphs = bool(getattr(cudagraphs, "value", cudagraphs)) or bool(config.triton.cudagraphs)
-        cpp = bool(kwargs.get("cpp_wrapper")) or bool(config.cpp_wrapper) or bool(getattr(config, "aot_inductor", None) and kwargs.get("aot_mode"))
+        cpp = bool(kwargs.get("cpp_wrapper")) or bool(config.cpp_wrapper) or bool(getattr(config, "fx_wrapper", False))
         if not (cudagraphs or cpp):
             return False
         if not self._warned:
@@ -133,7 +144,7 @@ class NvtxInductor:
             why = (
                 "CUDA graphs (mode='reduce-overhead', triton.cudagraphs) replay the kernels without host calls"
                 if cudagraphs
-                else "cpp_wrapper/AOTInductor generates a C++ wrapper, not a Python one"
+                else "cpp_wrapper/AOTInductor (or fx_wrapper) generates no Python wrapper to place them in"
             )
             warnings.warn(
                 f"{self!r}: no NVTX range can be placed in this graph: {why}; it compiles without ranges. "

@@ -35,7 +35,7 @@ class _Refusal(Visitor):
 
     def visit_Proxy(self, node: object) -> str:
         return (
-            f"{render(node)!r} is a thunder proxy name; an Inductor graph has no such names: "  # type: ignore[arg-type]
+            f"{node.name!r} is a thunder proxy name; an Inductor graph has no such names: "  # type: ignore[attr-defined]
             "mark the region's ends with first(...)/last(...), e.g. 'between first(module <h.0>)..last(module <h.1>)'"
         )
 

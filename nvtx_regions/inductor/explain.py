@@ -2,8 +2,9 @@
 
 Per graph placed in this process (a graph served from Inductor's cache was
 placed where it was compiled, and is not listed): its kernels in call order
-with the module each belongs to, then per rule how many ranges it made and
-over which kernels.
+with the module each belongs to ("hoisted": it does not stretch its module's
+range, `inductor.kernels`), then per rule how many ranges it made and over
+which kernels.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def explain_graphs(backend: NvtxInductor) -> str:
         out.append(f"{view.name}: {len(view.ops)} kernel calls, {len(plan.ranges)} ranges")
         for op in view.ops:
             module = op.chain[-1].path if op.chain else "-"
-            out.append(f"  #{op.index:<3} {op.name:<48} {module}")
+            out.append(f"  #{op.index:<3} {op.name:<48} {module}{'  (hoisted)' if op.hoisted else ''}")
         for rule, found in zip(backend.compiled.rules, plan.per_rule):
             kernels = [f"#{p}" for p in bit_positions(found.selected)]
             shown = ", ".join(kernels[:12]) + (", ..." if len(kernels) > 12 else "")

@@ -15,8 +15,13 @@ Promises:
   module's range: it lies inside the range around it.
 - A backward kernel has the modules of the forward nodes it is the
   gradient of (AOTAutograd's ``fwd_nn_module_stack``).
-- Nothing else is recorded: no proxies, no markers, no source lines, no
-  hoisting. `inductor.check` refuses the rules that would need them.
+- A backward kernel computed from saved forward values alone (no gradient
+  reaches it) is *hoisted* (`View.parameter_only`, as in thunder traces):
+  it keeps its module, but does not stretch its module call's range.
+  Inductor may schedule it anywhere (a block's attention inputs, re-laid
+  out, first of all).
+- Nothing else is recorded: no proxies, no markers, no source lines.
+  `inductor.check` refuses the rules that would need them.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ class Kernel:
     chain: Chain | None
     first_line: int  # its lines in the wrapper
     last_line: int
+    hoisted: bool = False  # see the module doc
     reads: tuple[str, ...] = ()
     writes: tuple[str, ...] = ()
     is_fusion: bool = False
@@ -73,7 +79,14 @@ class KernelView:
     by_read: dict[str, int] = field(default_factory=dict)
     proxy_names: frozenset[str] = frozenset()
     marker_log: None = None
-    parameter_only: int = 0
+
+    @functools.cached_property
+    def parameter_only(self) -> int:
+        mask = 0
+        for position, op in enumerate(self.ops):
+            if op.hoisted:
+                mask |= 1 << position
+        return mask
 
     @functools.cached_property
     def origins(self) -> list[int | None]:
@@ -119,7 +132,8 @@ def kernel_view(kernels: list[WrapperKernel], phase: Phase, name: str, calls: di
                     classes.setdefault(path, cls)
                     chain.append(ModuleCall(path, cls, calls.setdefault(key, len(calls))))
                 chains.append(tuple(chain))
+        hoisted = bool(kernel.origins) and all(origin.static for origin in kernel.origins)
         ops.append(
-            Kernel(position, kernel.name, tuple(names), common_chain(chains), kernel.first, kernel.last)
+            Kernel(position, kernel.name, tuple(names), common_chain(chains), kernel.first, kernel.last, hoisted)
         )
     return KernelView(ops, phase, name, classes)

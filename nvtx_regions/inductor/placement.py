@@ -61,7 +61,6 @@ def placement(plan: Plan, view: KernelView, spec: CompiledSpec, domain: str | No
     if gated:
         before.setdefault(0, []).insert(0, "nvtx_regions_ranges.enter(globals())  # which gated ranges are on in this call")
     header = [
-        "",
         "from nvtx_regions.inductor.runtime import GraphRanges",
         "nvtx_regions_ranges = GraphRanges(",
         f"    {domain!r},",

@@ -36,10 +36,14 @@ utils.py``); pattern rewrites keep ``nn_module_stack`` but not that, and
 gradient-accumulation adds carry neither.
 
 The FX graph cache (``codecache.py``) stores the generated wrapper, and its
-key does not cover the wrapper's code generation. A custom post-grad pass
-that does nothing, whose ``uuid()`` names the spec (`cache_key_pass`), makes
-an annotated graph and a plain one separate cache entries (the key includes
-``config.post_grad_custom_post_pass.uuid()``).
+key covers neither the wrapper's code generation nor the nodes' module
+stacks (two blocks with the same graph share an entry). AOTAutograd's cache
+(``_functorch/_aot_autograd/autograd_cache.py``) keys by the Dynamo graph
+and the Inductor config alike. A custom post-grad pass that does nothing,
+whose ``uuid()`` names the spec and the graph's module stacks
+(`cache_key_pass`, `module_digest`), makes an annotated graph and a plain
+one, and graphs of different modules, separate entries of both caches (their
+keys include ``config.post_grad_custom_post_pass.uuid()``).
 """
 
 from __future__ import annotations
@@ -52,8 +56,8 @@ from typing import Any, Callable, Iterator
 
 __all__ = [
     "TESTED_TORCH", "UnsupportedTorchError", "check_torch_version", "Origin", "WrapperKernel", "Placement",
-    "install", "uninstall", "placing", "cache_key_pass", "compile_fx", "compile_fx_inner", "graph_breaks",
-    "inductor_config", "module_path",
+    "install", "uninstall", "placing", "cache_key_pass", "compile_fx", "compile_fx_inner",
+    "inductor_config", "mode_options", "module_path", "module_digest",
 ]  # fmt: skip
 
 # The torch releases (major.minor) whose Inductor this module was checked on.
@@ -101,11 +105,30 @@ def inductor_config() -> Any:
     return config
 
 
-def graph_breaks() -> int:
-    """How many graph breaks Dynamo has counted in this process (``torch._dynamo.utils.counters``, 2.11)."""
-    from torch._dynamo.utils import counters
+def mode_options(mode: str | None) -> dict[str, Any]:
+    """The Inductor options of a ``torch.compile`` mode (``torch._inductor.list_mode_options``, 2.11):
+    ``"reduce-overhead"`` is ``{"triton.cudagraphs": True}``."""
+    if mode is None or mode == "default":
+        return {}
+    from torch._inductor import list_mode_options
 
-    return sum(counters["graph_break"].values())
+    return dict(list_mode_options(mode))
+
+
+def module_digest(gm: Any) -> str:
+    """A digest of the module stacks Dynamo recorded on `gm`'s nodes (paths and classes, in node order):
+    what names the ranges, and what neither Inductor cache key covers."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for node in gm.graph.nodes:
+        stack = node.meta.get("nn_module_stack") or {}
+        parts = [node.name]
+        for value in stack.values():
+            cls = value[1] if isinstance(value[1], str) else getattr(value[1], "__name__", str(value[1]))
+            parts.append(f"{value[0]}:{cls}")
+        digest.update("\0".join(parts).encode() + b"\n")
+    return digest.hexdigest()[:24]
 
 
 # -- FX origins ------------------------------------------------------------------
@@ -134,9 +157,25 @@ class Origin:
     # The module calls running when it was traced, outermost first: (call key, path, class name);
     # in a backward graph, those of the forward node it is the gradient of.
     modules: tuple[tuple[str, str, str], ...]
+    # In a backward graph: computed from saved forward values alone, no gradient (Inductor may
+    # schedule such a node anywhere, e.g. first). Always False in a forward graph.
+    static: bool = False
 
 
-def _origin(node: Any, phase: str) -> Origin:
+def _gradient_free(graph: Any) -> set[Any]:
+    """The nodes of a backward FX graph that depend on no incoming gradient: AOTAutograd names
+    the backward's gradient inputs ``tangents_<n>`` (2.11); the rest of its inputs are saved values."""
+    free: set[Any] = set()
+    for node in graph.nodes:
+        if node.op == "placeholder":
+            if not node.name.startswith("tangents"):
+                free.add(node)
+        elif all(arg in free for arg in node.all_input_nodes):
+            free.add(node)
+    return free
+
+
+def _origin(node: Any, phase: str, static: bool = False) -> Origin:
     meta = getattr(node, "meta", {}) or {}
     stack = None
     if phase == "backward":
@@ -154,7 +193,7 @@ def _origin(node: Any, phase: str) -> Origin:
     if getattr(node, "op", None) == "call_function":
         packet = getattr(target, "overloadpacket", None)
         op = getattr(packet, "__name__", None) or getattr(target, "__name__", "") or ""
-    return Origin(str(getattr(node, "name", "")), op, tuple(modules))
+    return Origin(str(getattr(node, "name", "")), op, tuple(modules), static)
 
 
 @dataclass(frozen=True)
@@ -251,12 +290,9 @@ def install() -> None:
         if _active() is None:
             return flush(self)
         lines = V.graph.wrapper_code.lines
-        group = tuple(self.kernel_group.scheduled_nodes)
         found: dict[Any, None] = {}
-        for node in group:
-            if getattr(node, "node", None) is not None:
-                for origin in node.node.get_origins():
-                    found[origin] = None
+        for node in self.kernel_group.scheduled_nodes:
+            found.update(dict.fromkeys(_node_origins(node)))
         lines.append(_FlushMark(tuple(found)))
         try:
             return flush(self)
@@ -336,12 +372,19 @@ def _split(wrapper: Any, phase: str) -> list[WrapperKernel]:
             run[3] = index
     wrapper.lines = kept
     origins_of: dict[Any, Origin] = {}
+    free_in: dict[int, set[Any]] = {}
 
     def convert(nodes: tuple[Any, ...]) -> tuple[Origin, ...]:
         out = []
         for node in nodes:
             if node not in origins_of:
-                origins_of[node] = _origin(node, phase)
+                static = False
+                graph = getattr(node, "graph", None)
+                if phase == "backward" and graph is not None:
+                    if id(graph) not in free_in:
+                        free_in[id(graph)] = _gradient_free(graph)
+                    static = node in free_in[id(graph)]
+                origins_of[node] = _origin(node, phase, static)
             out.append(origins_of[node])
         return tuple(out)
 

@@ -1,0 +1,418 @@
+"""`NvtxInductor` (issue 22): a spec's ranges in Inductor's generated wrapper, under torch.compile.
+
+Every range test captures the NVTX calls that really happen, and compares them
+with what `nvtx_regions.eager.annotate` emits for the same spec on the same
+model. Compiles cost tens of seconds on these CPUs, so each compiled model is
+shared by the tests of a module-scoped fixture, and Inductor's cache is this
+module's own directory.
+"""
+
+from __future__ import annotations
+
+import collections
+import difflib
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import gpt_inputs, loss_of, make_gpt
+from nvtx_regions import NvtxRegionsWarning, SelectorError
+from nvtx_regions.eager import annotate
+from nvtx_regions.testing import capture, capture_subprocess, check_balanced, is_attached, start_end_ranges
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKERS = ROOT / "tests" / "workers"
+if str(WORKERS) not in sys.path:
+    sys.path.insert(0, str(WORKERS))
+
+from inductor_steps import blocks_input, make_blocks  # noqa: E402
+from regions_kit import open_llama, open_llama_inputs  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore:Full backward hook is firing:UserWarning")
+
+BLOCKS_SPEC = "each module <transformer.h.*>"
+GPT_STEP = ["transformer.h.0", "transformer.h.1", "transformer.h.1 (backward)", "transformer.h.0 (backward)"]
+TINY_SPEC = "each module <blocks.*>"
+TINY_STEP = ["blocks.0", "blocks.1", "blocks.1 (backward)", "blocks.0 (backward)"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def inductor_cache(tmp_path_factory):
+    """This module's own Inductor cache, and one compile thread."""
+    import torch._inductor.config as config
+
+    directory = tmp_path_factory.mktemp("inductor_cache")
+    patch = pytest.MonkeyPatch()
+    patch.setenv("TORCHINDUCTOR_CACHE_DIR", str(directory))
+    patch.setenv("TORCHINDUCTOR_COMPILE_THREADS", "1")
+    patch.setattr(config, "compile_threads", 1)
+    yield directory
+    patch.undo()
+
+
+def _needs_capture() -> None:
+    if not is_attached():
+        pytest.skip("the NVTX capture tool is not attached in this process")
+
+
+def _ranges(events) -> list[str]:
+    """The messages of the ranges in our domain in the order they open (push/pop and start/end
+    ranges: a module call whose kernels Inductor interleaved with another's is a start/end range),
+    after checking that every range closes."""
+    check_balanced(events)
+    ours = [e for e in events if e.domain == "nvtx_regions"]
+    assert all(r.end_ns is not None for r in start_end_ranges(ours))
+    return [e.message for e in sorted(ours, key=lambda e: e.ts_ns) if e.kind in ("push", "start")]
+
+
+def _pushes(events) -> collections.Counter:
+    return collections.Counter((e.domain, e.message, e.color, e.category) for e in events if e.kind in ("push", "start"))
+
+
+def _without_our_lines(code: str) -> str:
+    """Generated code with the range lines (and the graph's ids, which count compiles) left out."""
+    kept, in_header = [], False
+    for line in code.splitlines():
+        if line.startswith("nvtx_regions_ranges = GraphRanges("):
+            in_header = True
+        if in_header:
+            in_header = line != ")"
+            continue
+        if "nvtx_regions" not in line and not line.startswith("# AOT ID"):
+            kept.append(line)
+    return "\n".join(kept)
+
+
+@dataclass
+class Compiled:
+    """One model compiled and run: the first step's loss, gradients and generated code; the next steps' NVTX events."""
+
+    loss: torch.Tensor
+    grads: dict[str, torch.Tensor]
+    code: list[str]
+    events: list
+    graph_breaks: int
+    backend: object
+
+
+def _compile_and_run(model, inputs, backend, *, steps: int = 2) -> Compiled:
+    from torch._dynamo.utils import counters
+    from torch._inductor.utils import run_and_get_code  # torch's own test helper: the sources Inductor wrote
+
+    _needs_capture()
+    counters.clear()
+    compiled = torch.compile(model, backend=backend)
+
+    def step():
+        loss = loss_of(compiled(*inputs()))
+        loss.backward()
+        return loss.detach()
+
+    loss, code = run_and_get_code(step)
+    grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    with capture() as events:
+        for _ in range(steps):
+            step()
+    return Compiled(loss, grads, code, list(events), sum(counters["graph_break"].values()), backend)
+
+
+def _eager_events(model, inputs, spec: str, steps: int = 2) -> list:
+    _needs_capture()
+    with annotate(model, spec):
+        with capture() as events:
+            for _ in range(steps):
+                loss_of(model(*inputs())).backward()
+    return list(events)
+
+
+# -- nanoGPT: ranges, kernels, numerics -----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gpt():
+    from nvtx_regions.inductor import NvtxInductor
+
+    annotated = _compile_and_run(make_gpt(), gpt_inputs, NvtxInductor(BLOCKS_SPEC))
+    plain = _compile_and_run(make_gpt(), gpt_inputs, "inductor")
+    return annotated, plain, _eager_events(make_gpt(), gpt_inputs, BLOCKS_SPEC)
+
+
+def test_gpt_block_ranges_are_eagers_in_order_and_balanced(gpt):
+    annotated, _, eager = gpt
+    assert _ranges(annotated.events) == _ranges(eager) == GPT_STEP * 2
+    # Same domain, message, colour and NVTX category, range for range.
+    assert _pushes(annotated.events) == _pushes(eager)
+
+
+def test_gpt_compiles_as_plain_torch_compile(gpt):
+    annotated, plain, _ = gpt
+    assert annotated.graph_breaks == plain.graph_breaks == 0
+    assert len(annotated.code) == len(plain.code) == 2  # one forward, one backward graph
+    for ours, theirs in zip(annotated.code, plain.code):
+        ours, theirs = _without_our_lines(ours), _without_our_lines(theirs)
+        assert ours == theirs, "\n".join(difflib.unified_diff(theirs.splitlines(), ours.splitlines(), lineterm="", n=1))
+    assert all("nvtx_regions" not in code for code in plain.code)
+    assert _ranges(plain.events) == []
+    assert torch.equal(annotated.loss, plain.loss)
+    assert annotated.grads.keys() == plain.grads.keys() and len(plain.grads) > 10
+    for name, grad in plain.grads.items():
+        assert torch.equal(annotated.grads[name], grad), name
+
+
+def _range_bodies(code: str) -> dict[str, str]:
+    """Range message -> the generated lines between its push and its pop."""
+    bodies, open_at = {}, {}
+    lines = code.splitlines()
+    for number, line in enumerate(lines):
+        push = re.search(r"nvtx_regions_push\(nvtx_regions_attr_\d+\)  # (.*)$", line)
+        pop = re.search(r"nvtx_regions_pop\(\)  # (.*)$", line)
+        if push:
+            open_at[push.group(1)] = number
+        elif pop:
+            bodies[pop.group(1)] = "\n".join(lines[open_at.pop(pop.group(1)) + 1 : number])
+    return bodies
+
+
+def test_gpt_each_block_range_holds_its_own_kernels(gpt):
+    # Each block has 4 Linear, one attention and one GELU: the forward range holds
+    # 4 addmm, one attention and one GELU kernel; the backward range 8 mm (input and
+    # weight gradients), one attention backward and one GELU backward kernel.
+    # (CPU kernel groups are written at their flush, after the next node began:
+    # counted under that node, a block's last kernels would land in the next block.)
+    annotated, _, _ = gpt
+    forward, backward = (_range_bodies(code) for code in annotated.code)
+    for block in ("transformer.h.0", "transformer.h.1"):
+        body = forward[block]
+        assert len(re.findall(r"extern_kernels\.addmm\(", body)) == 4, block
+        assert len(re.findall(r"_scaled_dot_product_flash_attention_for_cpu\.default\(", body)) == 1, block
+        assert len(re.findall(r"cpp_fused_gelu\w*\(", body)) == 1, block
+        body = backward[f"{block} (backward)"]
+        assert len(re.findall(r"extern_kernels\.mm\(", body)) == 8, block
+        assert len(re.findall(r"_scaled_dot_product_flash_attention_for_cpu_backward\.default\(", body)) == 1, block
+        assert len(re.findall(r"cpp_fused_gelu_gelu_backward\w*\(", body)) == 1, block
+
+
+def test_explain_says_what_each_rule_selected(gpt):
+    annotated, _, _ = gpt
+    text = annotated.backend.explain()
+    assert "graph 0 (forward)" in text and "graph 0 (backward)" in text
+    assert "rule 'each module <transformer.h.*>' (<select>:1): 2 range(s)" in text
+    assert "'transformer.h.1 (backward)': kernels #" in text
+    assert re.search(r"extern_kernels\.addmm\s+transformer\.h\.0\.attn", text)
+
+
+# -- litgpt's llama-like model ---------------------------------------------------------
+
+
+def test_llama_block_ranges_are_eagers_with_no_graph_break():
+    from nvtx_regions.inductor import NvtxInductor
+
+    annotated = _compile_and_run(open_llama(), open_llama_inputs, NvtxInductor(BLOCKS_SPEC))
+    eager = _eager_events(open_llama(), open_llama_inputs, BLOCKS_SPEC)
+    assert annotated.graph_breaks == 0
+    assert _ranges(annotated.events) == _ranges(eager) == GPT_STEP * 2
+    assert _pushes(annotated.events) == _pushes(eager)
+
+
+# -- a small model: cache, graph breaks, gates, op rules --------------------------------
+
+
+def _tiny_inputs():
+    return (blocks_input(),)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """The two-block model compiled in this process into a fresh Inductor cache (the first of
+    the processes that share it), and its eager ranges."""
+    from nvtx_regions.inductor import NvtxInductor
+
+    directory = tmp_path_factory.mktemp("shared_cache")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"], before = str(directory), os.environ["TORCHINDUCTOR_CACHE_DIR"]
+    try:
+        annotated = _compile_and_run(make_blocks(), _tiny_inputs, NvtxInductor(TINY_SPEC))
+    finally:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = before
+    return directory, annotated, _eager_events(make_blocks(), _tiny_inputs, TINY_SPEC)
+
+
+def _worker(directory: Path, spec: str, steps: int = 2):
+    env = {"TORCHINDUCTOR_CACHE_DIR": str(directory), "TORCHINDUCTOR_COMPILE_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    result = capture_subprocess(
+        [sys.executable, str(WORKERS / "inductor_steps.py"), spec, str(steps)], env=env, timeout=400, cwd=ROOT
+    ).check()
+    return result, json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_tiny_ranges_are_eagers(tiny):
+    _, annotated, eager = tiny
+    assert _ranges(annotated.events) == _ranges(eager) == TINY_STEP * 2
+    assert _pushes(annotated.events) == _pushes(eager)
+
+
+def test_a_second_process_hits_the_cache_and_still_emits_the_ranges(tiny):
+    directory, _, _ = tiny
+    result, counts = _worker(directory, TINY_SPEC)
+    assert counts["fx_misses"] == 0 and (counts["fx_hits"] > 0 or counts["aot_hits"] > 0), counts
+    assert _ranges(result.events) == TINY_STEP * 2
+
+
+def test_a_plain_compile_after_an_annotated_one_emits_no_range(tiny):
+    directory, _, _ = tiny
+    result, counts = _worker(directory, "-")
+    assert counts["fx_misses"] > 0, counts  # the annotated graphs are other cache entries
+    assert _ranges(result.events) == []
+
+
+def test_the_same_graph_under_other_modules_is_another_cache_entry(tmp_path):
+    # Inductor's cache keys cover the graph, not the module paths its nodes came from:
+    # ours must, or the second model would replay the first's messages.
+    from nvtx_regions.inductor import NvtxInductor
+
+    os.environ["TORCHINDUCTOR_CACHE_DIR"], before = str(tmp_path), os.environ["TORCHINDUCTOR_CACHE_DIR"]
+    try:
+        first = _compile_and_run(make_blocks(), _tiny_inputs, NvtxInductor("each class <Block>"), steps=1)
+        second = _compile_and_run(make_blocks(container="layers"), _tiny_inputs, NvtxInductor("each class <Block>"), steps=1)
+    finally:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = before
+    assert _ranges(first.events) == TINY_STEP
+    assert _ranges(second.events) == [message.replace("blocks", "layers") for message in TINY_STEP]
+
+
+def test_a_graph_break_gives_two_graphs_to_one_backend():
+    from nvtx_regions.inductor import NvtxInductor
+
+    backend = NvtxInductor(TINY_SPEC)
+    annotated = _compile_and_run(make_blocks(graph_break=True), _tiny_inputs, backend)
+    eager = _eager_events(make_blocks(graph_break=True), _tiny_inputs, TINY_SPEC)
+    assert annotated.graph_breaks == 1
+    assert sorted((g.number, g.view.phase) for g in backend.graphs) == [
+        (0, "backward"), (0, "forward"), (1, "backward"), (1, "forward"),
+    ]  # fmt: skip
+    assert _ranges(annotated.events) == _ranges(eager) == TINY_STEP * 2
+
+
+def test_gates_and_op_rules_on_kernels():
+    from nvtx_regions.inductor import NvtxInductor
+
+    spec = (
+        "each module <blocks.*> and steps 1..1\n"
+        "linears: op in <addmm> and forward\n"
+        "op in <mm> and backward and rank in <5>"
+    )
+    annotated = _compile_and_run(make_blocks(), _tiny_inputs, NvtxInductor(spec), steps=3)
+    # Steps count the calls of each graph from 0; the first step (compiling) was step 0.
+    addmm = ["extern_kernels.addmm"]
+    step_1 = ["blocks.0", *addmm, "blocks.1", *addmm, *addmm, "blocks.1 (backward)", "blocks.0 (backward)"]
+    assert _ranges(annotated.events) == [*step_1, *addmm * 3, *addmm * 3]
+    categories = {e.message: e.category for e in annotated.events if e.kind == "push"}
+    assert None not in categories.values()
+    assert categories["extern_kernels.addmm"] != categories["blocks.0"] == categories["blocks.1 (backward)"]
+
+
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("between t3..t9", "'t3' is a thunder proxy name"),
+        ("reads <t0>", "names thunder proxies"),
+        ("source <model.py:1..9>", "no source line survives"),
+        ("each marker <attn*>", "own NVTX markers break the graph"),
+        ("op in <mm> and not marker <x>", "own NVTX markers break the graph"),
+        ("backward of (op in <mm>)", "not tied one by one"),
+    ],
+)
+def test_rules_with_no_meaning_under_inductor_are_refused(text, why):
+    from nvtx_regions.inductor import NvtxInductor
+
+    with pytest.raises(SelectorError) as error:
+        NvtxInductor(f"each module <blocks.*>\n{text}")
+    message = str(error.value)
+    assert message.startswith(f"rule {text!r} (<select>:2): not supported under Inductor: "), message
+    assert why in message
+
+
+def test_an_unsupported_torch_gets_our_error(monkeypatch):
+    from nvtx_regions.inductor import NvtxInductor, UnsupportedTorchError
+
+    monkeypatch.setattr(torch, "__version__", "2.9.1+cpu")
+    with pytest.raises(UnsupportedTorchError, match=r"checked on for torch 2\.11 only; this is torch 2\.9\.1\+cpu"):
+        NvtxInductor(TINY_SPEC)
+
+
+def test_reduce_overhead_gets_one_warning_and_no_range():
+    from nvtx_regions.inductor import NvtxInductor
+
+    _needs_capture()
+    torch._dynamo.reset()
+    model = make_blocks()
+    compiled = torch.compile(model, backend=NvtxInductor(TINY_SPEC), mode="reduce-overhead")
+    with pytest.warns(NvtxRegionsWarning, match="CUDA graphs") as seen:
+        with torch.no_grad(), capture() as events:
+            compiled(blocks_input())
+            compiled(blocks_input())
+    assert len([w for w in seen if issubclass(w.category, NvtxRegionsWarning)]) == 1
+    assert _ranges(list(events)) == []
+
+
+# -- the real consumers: Nsight Systems, and compare ----------------------------------------
+
+
+def test_nsys_sees_the_inductor_ranges(tiny, tmp_path):
+    from test_nsys_real import NSYS, export, nsys_ranges, run
+
+    if NSYS is None:
+        pytest.skip("Nsight Systems (nsys) is not installed")
+    directory, _, _ = tiny
+    report = tmp_path / "inductor"
+    os.environ["TORCHINDUCTOR_CACHE_DIR"], before = str(directory), os.environ["TORCHINDUCTOR_CACHE_DIR"]
+    try:
+        done = run(
+            [NSYS, "profile", "--trace=nvtx", "--sample=none", "--cpuctxsw=none", f"--output={report}",
+             sys.executable, str(WORKERS / "inductor_steps.py"), TINY_SPEC, "2"]
+        )  # fmt: skip
+    finally:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = before
+    assert done.returncode == 0, done.output[-3000:]
+    seen = [r for r in nsys_ranges(export(report.with_suffix(".nsys-rep"))) if r.domain == "nvtx_regions"]
+    assert [r.message for r in seen] == TINY_STEP * 2
+    assert {r.category for r in seen} == {"each module <blocks.*>"}
+
+
+def test_compare_lines_inductor_up_with_eager_module_by_module(tiny, tmp_path):
+    from nvtx_regions.testing import write_chrome_trace
+
+    _, annotated, eager = tiny
+    paths = []
+    for name, events in (("inductor", annotated.events), ("eager", eager)):
+        path = tmp_path / f"{name}.json"
+        with open(path, "w", encoding="utf-8") as stream:
+            write_chrome_trace(events, stream)
+        paths.append(str(path))
+    printed = subprocess.run(
+        [sys.executable, "-m", "nvtx_regions", "compare", *paths], cwd=ROOT, capture_output=True, text=True,
+        timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert printed.returncode == 0, printed.stderr
+    rows = {line.split()[0]: line.split() for line in printed.stdout.splitlines() if line.startswith("blocks.")}
+    assert sorted(rows) == ["blocks.0", "blocks.1"] or set(rows) >= {"blocks.0", "blocks.1"}
+    for message in TINY_STEP:
+        line = next(l for l in printed.stdout.splitlines() if l.startswith(message + " ") or l.startswith(message + "  "))
+        counts = re.findall(r"\b2\b", line)
+        assert len(counts) >= 2, line  # two ranges in each capture
+
+
+def test_the_docs_example_runs_and_emits_the_block_ranges(tmp_path):
+    text = (ROOT / "docs" / "inductor.md").read_text(encoding="utf-8")
+    (example,) = re.findall(r"<!-- test: inductor-example -->\s*```python\n(.*?)```", text, flags=re.S)
+    # A cache of its own: explain() lists the graphs compiled in this process, not those the cache served.
+    env = {"TORCHINDUCTOR_COMPILE_THREADS": "1", "PYTHONPATH": str(ROOT), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path)}
+    result = capture_subprocess(example, env=env, timeout=400, cwd=ROOT).check()
+    assert _ranges(result.events) == TINY_STEP * 2
+    assert "graph 0 (forward)" in result.stdout and "'blocks.1 (backward)': kernels #" in result.stdout

@@ -1,0 +1,122 @@
+"""The Inductor view of a graph's kernel calls (`inductor.kernels`), planned by the same
+selection code as thunder traces: plain data in, no thunder trace anywhere.
+
+The kernels here are written as `internals.inductor` hands them over (each
+with the FX origins Inductor fused into it); tests/test_inductor.py checks the
+same rules on kernels Inductor really generated.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from nvtx_regions import parse
+from nvtx_regions.core.errors import SelectorError
+from nvtx_regions.inductor.kernels import kernel_view
+from nvtx_regions.internals.inductor import Origin, WrapperKernel, check_torch_version, module_path
+from nvtx_regions.selection.compile import compile_spec
+from nvtx_regions.selection.plan import make_plan
+
+H0 = (("k0", "h.0", "Block"),)
+H1 = (("k1", "h.1", "Block"),)
+H0_FC = (*H0, ("k2", "h.0.fc", "Linear"))
+
+
+def _kernel(number: int, name: str, *origins: tuple[str, tuple]) -> WrapperKernel:
+    return WrapperKernel(name, tuple(Origin(f"n{number}_{i}", op, modules) for i, (op, modules) in enumerate(origins)),
+                         2 * number, 2 * number + 1)  # fmt: skip
+
+
+def _plan(text: str, kernels: list[WrapperKernel], phase: str = "forward"):
+    view = kernel_view(kernels, phase, "graph 0", {})
+    return view, make_plan(compile_spec(parse(text)), view, "nvtx_regions")
+
+
+def _spans(plan) -> list[tuple[str, int, int]]:
+    return [(r.label, r.start, r.end) for r in plan.ranges]
+
+
+def test_a_kernel_spanning_two_blocks_belongs_to_neither():
+    kernels = [
+        _kernel(0, "extern_kernels.addmm", ("addmm", H0_FC)),
+        _kernel(1, "cpp_fused_add_layer_norm_0", ("add", H0), ("native_layer_norm", H1)),
+        _kernel(2, "extern_kernels.addmm", ("addmm", H1)),
+    ]
+    view, plan = _plan("each module <h.*>", kernels)
+    assert view.module_chains[1] == ()
+    assert _spans(plan) == [("h.0", 0, 0), ("h.1", 2, 2)]
+
+
+def test_a_kernel_of_no_module_does_not_end_the_range_it_is_in():
+    kernels = [
+        _kernel(0, "extern_kernels.mm", ("mm", H0_FC)),
+        _kernel(1, "cpp_fused_add_0", ("add", ())),  # a gradient accumulation
+        _kernel(2, "extern_kernels.mm", ("mm", H0_FC)),
+        _kernel(3, "extern_kernels.mm", ("mm", H1)),
+    ]
+    view, plan = _plan("each module <h.*>", kernels, "backward")
+    assert view.module_chains[1] is None
+    assert _spans(plan) == [("h.0 (backward)", 0, 2), ("h.1 (backward)", 3, 3)]
+
+
+def test_one_range_per_module_call_from_its_first_kernel_to_its_last():
+    # h.0's weight gradients scheduled after another module's kernel: still one h.0 range.
+    embedding = (("k9", "wte", "Embedding"),)
+    kernels = [
+        _kernel(0, "extern_kernels.mm", ("mm", H0_FC)),
+        _kernel(1, "cpp_fused_embedding_dense_backward_0", ("embedding_dense_backward", embedding)),
+        _kernel(2, "extern_kernels.mm", ("mm", H0_FC)),
+    ]
+    _, plan = _plan("each module <h.*>", kernels, "backward")
+    assert _spans(plan) == [("h.0 (backward)", 0, 2)]
+
+
+def test_op_in_matches_kernel_names_their_last_part_and_their_aten_ops():
+    kernels = [
+        _kernel(0, "extern_kernels.addmm", ("addmm", H0_FC)),
+        _kernel(1, "cpp_fused_gelu_0", ("gelu", H0), ("mul", H0)),
+        _kernel(2, "aten._scaled_dot_product_flash_attention_for_cpu.default",
+                ("_scaled_dot_product_flash_attention_for_cpu", H0)),
+    ]  # fmt: skip
+    for text, selected in [
+        ("op in <addmm>", [0]), ("op in <extern_kernels.*>", [0]), ("op in <gelu>", [1]), ("op in <cpp_fused_*>", [1]),
+        ("op in <_scaled_dot_product*>", [2]), ("op in <mul, addmm>", [0, 1]),
+    ]:  # fmt: skip
+        _, plan = _plan(text, kernels)
+        assert [r.start for r in plan.ranges] == selected, text
+        assert all(r.label is None for r in plan.ranges)
+
+
+def test_between_first_and_last_and_phases():
+    kernels = [
+        _kernel(0, "extern_kernels.addmm", ("addmm", H0_FC)),
+        _kernel(1, "cpp_fused_gelu_0", ("gelu", H0)),
+        _kernel(2, "extern_kernels.addmm", ("addmm", H1)),
+    ]
+    _, plan = _plan("between first(op in <gelu>)..last(module <h.1>) and forward", kernels)
+    assert _spans(plan) == [("first(op in <gelu>)..last(module <h.1>)", 1, 2)]
+    _, plan = _plan("between first(op in <gelu>)..last(module <h.1>) and backward", kernels)
+    assert plan.empty
+
+
+def test_module_paths_from_dynamo_sources():
+    assert module_path("L['self'].transformer.h.0.attn") == "transformer.h.0.attn"
+    assert module_path("L['self'].h[0]") == "h.0"
+    assert module_path("L['self']._modules['h']['0']") == "h.0"
+    assert module_path("L['self']") == ""
+
+
+@pytest.mark.parametrize("version", ["2.10.0", "2.12.0.dev20260101", "3.0.0"])
+def test_versions_not_checked_are_refused(version):
+    from nvtx_regions.inductor import UnsupportedTorchError
+
+    with pytest.raises(UnsupportedTorchError, match=f"this is torch {version}"):
+        check_torch_version(version)
+    check_torch_version("2.11.0+cu130")
+
+
+def test_a_refusal_is_our_selector_error_naming_the_rule():
+    from nvtx_regions.inductor.check import check_spec
+
+    with pytest.raises(SelectorError, match=r"^rule 'between t3\.\.t9' \(<select>:1\): not supported under Inductor"):
+        check_spec(parse("between t3..t9"))
