@@ -23,12 +23,15 @@ if TYPE_CHECKING:
     from .emission.transform import NvtxProfileTransform, TraceReport
     from .report.compare import compare
     from .report.explanation import explain
+    from .backends import compile, steps
 
 __all__ = [
     "NvtxProfileTransform",
     "TraceReport",
     "explain",
     "compare",
+    "compile",
+    "steps",
     "parse",
     "load",
     "render",
@@ -47,6 +50,8 @@ _LAZY = {
     "TraceReport": ".emission.transform",
     "explain": ".report.explanation",
     "compare": ".report.compare",
+    "compile": ".backends",
+    "steps": ".backends",
 }
 
 

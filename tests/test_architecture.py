@@ -32,7 +32,7 @@ ALLOWED: dict[str, set[str]] = {
     "testing": {"core", "capture"},
 }
 # The public entry points at the top of the package may import anything.
-FACADES = {"nvtx_regions", "nvtx_regions.__main__", "nvtx_regions.eager", "nvtx_regions.compare"}
+FACADES = {"nvtx_regions", "nvtx_regions.__main__", "nvtx_regions.eager", "nvtx_regions.compare", "nvtx_regions.backends"}
 
 
 def module_name(path: Path) -> str:

@@ -95,7 +95,9 @@ def test_capture_of_a_jitted_model_end_to_end(tmp_path):
     counted = Counter(f"{d or ''}:{m}" for d, m, _ in pushes)
     assert summary_rows(result.stdout) == dict(counted)
     by_label = summarize(load_chrome_trace(out), by="label").instances()
-    assert set(by_label) == {("nvtx_regions", r) for r in ("embed", "blocks", "attn0", "matmuls")}
+    # examples/train.py loops over nvtx_regions.steps: one range per step, category nvtx_regions.steps.
+    assert set(by_label) == {("nvtx_regions", r) for r in ("embed", "blocks", "attn0", "matmuls", "nvtx_regions.steps")}
+    assert by_label[("nvtx_regions", "nvtx_regions.steps")] == 2
     assert by_label[("nvtx_regions", "embed")] == 4 and by_label[("nvtx_regions", "attn0")] == 2
     assert by_label[("nvtx_regions", "blocks")] == 4  # 1 layer, forward and backward, 2 steps
     assert sum(by_label.values()) == len(pushes)

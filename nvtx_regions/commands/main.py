@@ -33,9 +33,9 @@ from .status import EPILOG, PROBLEM_FOUND, USAGE_ERROR, UsageError
 __all__ = ["COMMANDS", "RUNNERS", "build_parser", "command_parsers", "main"]
 
 # In help order. A new command is a module here and a name in this tuple.
-COMMANDS = ("check", "grammar", "capture", "nsys", "explain", "report", "compare")
+COMMANDS = ("check", "grammar", "capture", "nsys", "explain", "profile", "report", "compare")
 # The commands that run another command, given after `--`.
-RUNNERS = ("capture", "nsys", "explain")
+RUNNERS = ("capture", "nsys", "explain", "profile")
 
 
 _RUNNER_EPILOG = "COMMAND: the command to run, after `--`; everything after the first `--` is its own."

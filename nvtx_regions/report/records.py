@@ -22,7 +22,7 @@ from ..core.table import text_table
 from .chrome_trace import load_chrome_trace
 from .nsys_report import REPORT_SUFFIXES, NsysReport, read_report
 
-__all__ = ["ModuleRow", "load_records", "module_rows", "render_modules", "render_report"]
+__all__ = ["ModuleRow", "load_records", "module_range", "module_rows", "render_modules", "render_report"]
 
 _MODULE_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*")
 
@@ -62,6 +62,16 @@ class ModuleRow:
     backward: tuple[int, ...]
 
 
+def module_range(record: RangeRecord) -> tuple[str, str] | None:
+    """(module path, "forward" or "backward") when `record` is a module range (see `module_rows`), else None."""
+    message = record.message or ""
+    backward = message.endswith(BACKWARD_SUFFIX)
+    name = message[: -len(BACKWARD_SUFFIX)] if backward else message
+    if not _MODULE_PATH.fullmatch(name) or message == record.category_name:
+        return None
+    return name, "backward" if backward else "forward"
+
+
 def module_rows(records: Iterable[RangeRecord]) -> list[ModuleRow]:
     """The module ranges among `records`, one row per (domain, module path), in order of first start.
 
@@ -72,11 +82,10 @@ def module_rows(records: Iterable[RangeRecord]) -> list[ModuleRow]:
     """
     found: dict[tuple[str | None, str], tuple[int, list[int], list[int]]] = {}
     for record in records:
-        message = record.message or ""
-        backward = message.endswith(BACKWARD_SUFFIX)
-        name = message[: -len(BACKWARD_SUFFIX)] if backward else message
-        if not _MODULE_PATH.fullmatch(name) or message == record.category_name:
+        module = module_range(record)
+        if module is None:
             continue
+        name, backward = module[0], module[1] == "backward"
         key = (record.domain, name)
         first, forward, back = found.get(key) or found.setdefault(key, (record.start_ns, [], []))
         if record.start_ns < first:

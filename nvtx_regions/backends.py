@@ -1,0 +1,129 @@
+"""One line that chooses how a model runs and puts the spec's NVTX ranges in it.
+
+    import nvtx_regions
+    model = nvtx_regions.compile(model, "each module <transformer.h.*>", backend="thunder")
+    for step in nvtx_regions.steps(range(10)):
+        loss = model(idx, targets)[1]
+        loss.backward()
+
+`compile` gives, for the same spec and with the same range names:
+
+- ``"eager"``: the model itself, with `nvtx_regions.eager.annotate` hooks;
+- ``"thunder"``: ``thunder.jit(model, transforms=[NvtxProfileTransform(...)])``;
+- ``"inductor"``: ``torch.compile(model, backend=NvtxInductor(...))``.
+
+The backend may be left to ``nvtx-regions profile``, which runs the script
+once per backend with ``NVTX_REGIONS_BACKEND`` set (and the spec in
+``NVTX_REGIONS_SPEC``), so the script needs no branch per backend.
+
+`steps` marks each training step with a range, ``step 0``, ``step 1``, ...,
+so that a report tells the compile step and other warm-up steps from the
+measured ones, the same way for every backend.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, TypeVar
+
+from .core.naming import DEFAULT_DOMAIN
+from .core.profiling import BACKENDS, ENV_BACKEND, ENV_SPEC, STEP_CATEGORY, step_message
+
+__all__ = ["compile", "steps", "BACKENDS", "ENV_BACKEND", "ENV_SPEC", "DEFAULT_BACKEND", "DEFAULT_SELECT"]
+
+DEFAULT_BACKEND = "thunder"
+# Every submodule, forward and backward: ranges that every backend emits alike.
+DEFAULT_SELECT = "each module <**>"
+
+T = TypeVar("T")
+
+
+def _backend(backend: str | None) -> str:
+    chosen = backend if backend is not None else os.environ.get(ENV_BACKEND) or DEFAULT_BACKEND
+    if chosen not in BACKENDS:
+        where = "backend=" if backend is not None else f"${ENV_BACKEND}="
+        raise ValueError(f"nvtx_regions.compile(): {where}{chosen!r} is not a backend; choose one of {', '.join(BACKENDS)}")
+    if backend is not None and os.environ.get(ENV_BACKEND) and os.environ[ENV_BACKEND] != backend:
+        raise ValueError(
+            f"nvtx_regions.compile(): backend={backend!r}, but ${ENV_BACKEND} asks for {os.environ[ENV_BACKEND]!r} "
+            "(nvtx-regions profile sets it for each run); leave backend= unset so that the command chooses"
+        )
+    return chosen
+
+
+def compile(
+    model: Any,
+    select: str | None = None,
+    *,
+    spec: str | os.PathLike[str] | None = None,
+    backend: str | None = None,
+    domain: str | None = DEFAULT_DOMAIN,
+    strict: bool = False,
+    thunder: Mapping[str, Any] | None = None,
+    inductor: Mapping[str, Any] | None = None,
+) -> Any:
+    """`model` compiled by `backend`, with the NVTX ranges the spec selects; returns what to call.
+
+    select, spec, domain, strict: as for `NvtxProfileTransform`. With neither
+    `select` nor `spec`, the spec is the file in ``$NVTX_REGIONS_SPEC`` when
+    set (``nvtx-regions profile`` sets it), else ``each module <**>``.
+    backend: ``"eager"``, ``"thunder"`` or ``"inductor"``; None takes
+    ``$NVTX_REGIONS_BACKEND``, else ``"thunder"``. A backend given here that
+    differs from ``$NVTX_REGIONS_BACKEND`` is a `ValueError`: the command's
+    run would otherwise measure another backend than it names.
+    thunder: keyword arguments of ``thunder.jit`` (its ``transforms`` run
+    before ours); inductor: keyword arguments of ``torch.compile``, where
+    ``options`` goes to the Inductor backend. Only the chosen backend's are
+    used, so one call serves every backend. Eager has no compiler and no
+    arguments; a spec with rules that select trace ops (`op in`, `between`)
+    raises `SelectorError` there.
+    ``thunder.jit`` and ``torch.compile`` compile on the model's first call,
+    so the first step is the compile step.
+    """
+    chosen = _backend(backend)
+    if select is None and spec is None:
+        spec = os.environ.get(ENV_SPEC) or None
+        select = DEFAULT_SELECT if spec is None else None
+    if chosen == "eager":
+        from .emission.eager import annotate
+
+        annotate(model, select, spec=spec, domain=domain, strict=strict)
+        return model
+    if chosen == "thunder":
+        import thunder as thunder_module
+
+        from .emission.transform import NvtxProfileTransform
+
+        arguments = dict(thunder or {})
+        ours = NvtxProfileTransform(select, spec=spec, domain=domain, strict=strict)
+        arguments["transforms"] = [*(arguments.get("transforms") or ()), ours]
+        return thunder_module.jit(model, **arguments)
+    import torch
+
+    from .inductor import NvtxInductor
+
+    arguments = dict(inductor or {})
+    options = arguments.pop("options", None)
+    compiler = NvtxInductor(select, spec=spec, domain=domain, strict=strict, options=options)
+    return torch.compile(model, backend=compiler, **arguments)
+
+
+def steps(iterable: Iterable[T], *, domain: str | None = DEFAULT_DOMAIN) -> Iterator[T]:
+    """Each item of `iterable`, the loop body around it inside an NVTX range ``step N`` (N from 0).
+
+    The range is pushed before an item is handed out and popped when the loop
+    asks for the next one, or when it ends (``break`` and exceptions too:
+    the generator is closed then). Its NVTX category is ``nvtx_regions.steps``
+    (one row in a per-rule summary). `domain`: the spec's NVTX domain, so that
+    ``nvtx-regions profile`` (and nsys's domain filter) sees the steps.
+    """
+    from .emission.runtime import Domain
+
+    marks = Domain(domain)
+    for number, item in enumerate(iterable):
+        marks.handle.push_range(marks.attributes(step_message(number), category=STEP_CATEGORY))
+        try:
+            yield item
+        finally:
+            marks.handle.pop_range()

@@ -1,0 +1,266 @@
+"""``nvtx-regions profile``: run a training script once per backend, and show per module where time goes.
+
+    nvtx-regions profile blocks.nvtx --backends eager,thunder,inductor -- python train.py
+    nvtx-regions profile blocks.nvtx --warmup 2 --rank 1 -- torchrun --nproc_per_node=2 train.py
+
+The script chooses backend and ranges in one line, `nvtx_regions.compile(model)`,
+and loops over `nvtx_regions.steps(...)`. For each backend this command runs
+the command with ``NVTX_REGIONS_BACKEND`` set to it and ``NVTX_REGIONS_SPEC``
+to the spec's path:
+
+- under the real nsys when it is on PATH, with the flags of
+  ``nvtx-regions nsys`` (`commands.nsys.nsys_command`), one report per rank
+  under torchrun; else under our capture (`commands.capture.run_capture`),
+  and it says so (``--tool nsys`` or ``--tool capture`` chooses);
+- each run's reports, its stderr (``stderr.txt``, also shown as it comes) go
+  to ``OUTPUT/BACKEND/``; the table to ``OUTPUT/table.txt``, the picture to
+  ``OUTPUT/profile.svg`` (`report.picture`). An existing OUTPUT is refused
+  unless ``--force-overwrite``, which replaces only what this command writes.
+
+Then it prints the table of `report.backends_table`: per module and pass,
+the median over the measured steps (the compile step 0 and ``--warmup N``
+more are left out) per backend with n, the ratio to ``--baseline`` (default
+the first backend), largest ratios first; rank ``--rank`` (default 0). A
+module one backend lacks is ``missing``; a backend whose run fails is
+reported with its exit status and the tail of its stderr, and the others still run.
+
+Exit status: 0; 1 when a backend failed or no run held a module range;
+2 for a usage or spec error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import os
+import re
+import shlex
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from ..core.errors import CaptureFileError
+from ..core.naming import DEFAULT_DOMAIN
+from ..core.profiling import BACKENDS, ENV_BACKEND, ENV_SPEC
+from ..report.backends_table import BackendRun, compare_backends, read_run, render_backends
+from ..report.picture import write_svg
+from .child import ended
+from .domain import add_domain_option
+from .status import OK, PROBLEM_FOUND, UsageError
+
+__all__ = ["add_arguments", "run"]
+
+HELP = "run a script once per backend (eager, thunder, inductor); per module, time side by side"
+DESCRIPTION = (
+    "Run COMMAND once per backend under nsys (else our capture); print per module the median time "
+    "of each backend over the measured steps, and the ratio to a baseline; write the reports and a picture."
+)
+USAGE = (
+    "nvtx-regions profile SPEC [--backends eager,thunder,inductor] [--baseline B] [--warmup N] [-o DIR] "
+    "[--force-overwrite] [--rank R] [--tool {auto,nsys,capture}] [--domain NAME] -- COMMAND..."
+)
+EXAMPLE = "nvtx-regions profile blocks.nvtx --backends eager,thunder -- python train.py"
+TABLE, PICTURE, STDERR = "table.txt", "profile.svg", "stderr.txt"
+_TAIL_LINES = 15
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``nvtx-regions profile`` (the command after ``--`` is not among them)."""
+    parser.add_argument("spec", help="a .nvtx spec file; its `each module` rules give the table's rows")
+    parser.add_argument("--backends", default=",".join(BACKENDS), help=f"comma-separated, in column order (default {','.join(BACKENDS)})")
+    parser.add_argument("--baseline", help="the backend the ratios divide by (default: the first)")
+    parser.add_argument("--warmup", type=int, default=1, help="steps left out after the compile step 0 (default 1)")
+    parser.add_argument("-o", "--output", default="nvtx_regions_profile", help="folder for the reports, table and picture (default nvtx_regions_profile)")
+    parser.add_argument("--force-overwrite", action="store_true", help="reuse an existing output folder, replacing what this command writes there")
+    parser.add_argument("--rank", type=int, default=0, help="the rank shown under torchrun (default 0)")
+    parser.add_argument("--tool", choices=("auto", "nsys", "capture"), default="auto",
+                        help="run under nsys or our capture (default auto: nsys when it is on PATH)")  # fmt: skip
+    add_domain_option(parser, f"the spec's NVTX domain (default {DEFAULT_DOMAIN})", default=DEFAULT_DOMAIN)
+
+
+def _backends(text: str, baseline: str | None) -> tuple[list[str], str]:
+    chosen = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in chosen if name not in BACKENDS]
+    if not chosen or unknown:
+        raise UsageError(f"--backends {text}: choose from {', '.join(BACKENDS)}, comma-separated")
+    if len(set(chosen)) != len(chosen):
+        raise UsageError(f"--backends {text}: a backend is named twice")
+    baseline = chosen[0] if baseline is None else baseline
+    if baseline not in chosen:
+        raise UsageError(f"--baseline {baseline}: not among --backends {','.join(chosen)}")
+    return chosen, baseline
+
+
+def _output_folder(output: str, backends: Sequence[str], force: bool) -> Path:
+    """The output folder, checked (and cleared of what this command writes, with `force`) before any run."""
+    folder = Path(output)
+    if folder.exists() or folder.is_symlink():
+        if not folder.is_dir():
+            raise UsageError(f"-o {output}: exists and is not a folder; give another name")
+        if not force:
+            raise UsageError(f"-o {output}: the folder exists; add --force-overwrite to replace its reports, or give another name")
+        for name in (*backends, TABLE, PICTURE):
+            path = folder / name
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            elif path.exists() or path.is_symlink():
+                path.unlink()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for backend in backends:
+            (folder / backend).mkdir()
+    except OSError as error:
+        raise UsageError(f"-o {output}: cannot create it ({error.strerror or error}); choose a folder you can write to") from None
+    return folder
+
+
+@contextlib.contextmanager
+def _tee_stderr(path: Path) -> Iterator[None]:
+    """File descriptor 2 copied to `path` as well as to the terminal, for the child processes started meanwhile."""
+    sys.stderr.flush()
+    terminal = os.dup(2)
+    read_end, write_end = os.pipe()
+    os.dup2(write_end, 2)
+    os.close(write_end)
+
+    def pump() -> None:
+        with open(path, "wb") as copy:
+            while chunk := os.read(read_end, 65536):
+                os.write(terminal, chunk)
+                copy.write(chunk)
+
+    thread = threading.Thread(target=pump, name="nvtx-regions-stderr", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(terminal, 2)  # the pipe's last write end here: the pump sees EOF once the children's are closed
+        thread.join(timeout=10)
+        if not thread.is_alive():
+            os.close(read_end)
+        os.close(terminal)
+
+
+def _tail(path: Path) -> str:
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return "(no stderr kept)"
+    tail = [line for line in lines if line.strip()][-_TAIL_LINES:]
+    return "\n".join(f"    {line}" for line in tail) if tail else "    (its stderr was empty)"
+
+
+def _nsys_reports(folder: Path, torchrun: bool, rank: int) -> list[str]:
+    """The reports of one rank: ``report[.rankR][.N].nsys-rep`` (N: one per collection)."""
+    stem = re.escape(f"report.rank{rank}" if torchrun else "report")
+    pattern = re.compile(rf"{stem}(\.\d+)?\.nsys-rep")
+    return sorted(str(path) for path in folder.iterdir() if pattern.fullmatch(path.name))
+
+
+def choose_tool(asked: str) -> str:
+    """``nsys`` or ``capture``: `asked`, or for ``auto`` nsys when it is on PATH; `UsageError` for a missing nsys."""
+    found = shutil.which("nsys") is not None
+    if asked == "nsys" and not found:
+        raise UsageError("--tool nsys: nsys is not on PATH; install Nsight Systems, or use --tool capture")
+    if asked == "auto":
+        return "nsys" if found else "capture"
+    return asked
+
+
+def _nsys_did_not_start(returncode: int, seconds: float, stderr: Path) -> bool:
+    # nsys 2022.4.2 sometimes fails to start under load: status 1 and only "End of file"
+    # within a second (its CLI lost the agent it had just started); tests/test_nsys_real.py sees it too.
+    try:
+        text = stderr.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return False
+    return returncode == 1 and seconds < 10 and text == "End of file"
+
+
+def _run_backend(backend: str, args: argparse.Namespace, command: list[str], folder: Path, use_nsys: bool) -> BackendRun:
+    """Run `command` for `backend`; its ranges, or why there are none."""
+    from ..language.parse import load
+
+    if backend == "inductor" and importlib.util.find_spec("nvtx_regions.inductor") is None:
+        return BackendRun(backend, failure="nvtx_regions.inductor is not part of this installation; leave inductor out of --backends")
+    env = {**os.environ, ENV_BACKEND: backend, ENV_SPEC: os.path.abspath(args.spec)}
+    domain = args.domain
+    if use_nsys:
+        from .child import run_child
+        from .nsys import nsys_command, split_torchrun
+
+        profile = nsys_command(load(args.spec), command, domain=domain, output=str(folder / "report"))
+        for attempt in (1, 2):
+            started = time.monotonic()
+            with _tee_stderr(folder / STDERR):
+                returncode = run_child(list(profile.argv), env)
+            if attempt == 2 or not _nsys_did_not_start(returncode, time.monotonic() - started, folder / STDERR):
+                break
+            print("nvtx-regions profile: nsys did not start (\"End of file\"); trying once more", flush=True)
+        if returncode == 143 and any(f.text.startswith("--capture-range-end=repeat-shutdown") for f in profile.flags):
+            returncode = 0  # as the nsys command says: nsys ends the script after the last collection
+        paths = _nsys_reports(folder, split_torchrun(command) is not None, args.rank)
+    else:
+        with _tee_stderr(folder / STDERR):
+            returncode, paths = _run_captured(command, env, folder)
+    if returncode != 0:
+        return BackendRun(backend, failure=f"{ended(command[0], returncode)}; its stderr ended with:\n{_tail(folder / STDERR)}")
+    if not paths:
+        return BackendRun(backend, failure=f"no report of rank {args.rank} in {folder}/ (is --rank right?)")
+    try:
+        return read_run(backend, paths, domain=domain, rank=args.rank)
+    except CaptureFileError as error:
+        return BackendRun(backend, failure=str(error))
+
+
+def _run_captured(command: list[str], env: dict[str, str], folder: Path) -> tuple[int, list[str]]:
+    from .capture import run_capture
+
+    saved = dict(os.environ)
+    os.environ.update(env)  # run_capture runs the command in this process's environment
+    try:
+        outcome = run_capture(command, folder / "timeline.json")
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return outcome.returncode, [str(outcome.trace_path)]
+
+
+def run(args: argparse.Namespace) -> int:
+    """``nvtx-regions profile`` with parsed options; `args.command` is the command to run."""
+    from ..language.parse import load
+    from ..selection.compile import compile_spec
+
+    command = list(args.command)
+    backends, baseline = _backends(args.backends, args.baseline)
+    if args.warmup < 0:
+        raise UsageError(f"--warmup {args.warmup}: give a number of steps >= 0")
+    compile_spec(load(args.spec))  # a spec error stops here, before any run
+    use_nsys = choose_tool(args.tool) == "nsys"
+    folder = _output_folder(args.output, backends, args.force_overwrite)
+    if use_nsys:
+        tool = "nsys"
+    elif args.tool == "capture":
+        tool = "nvtx-regions capture (CPU times of the NVTX ranges only)"
+    else:
+        tool = "nvtx-regions capture (nsys is not on PATH: CPU times of the NVTX ranges only)"
+    runs = []
+    for number, backend in enumerate(backends, 1):
+        print(f"nvtx-regions profile: {backend} ({number}/{len(backends)}) under {tool}: {shlex.join(command)}", flush=True)
+        runs.append(_run_backend(backend, args, command, folder / backend, use_nsys))
+    table = compare_backends(runs, baseline=baseline, warmup=args.warmup)
+    text = render_backends(table)
+    (folder / TABLE).write_text(text + "\n", encoding="utf-8")
+    write_svg(folder / PICTURE, table)
+    sys.stdout.flush()
+    print(f"\n{text}\n", flush=True)
+    print(f"nvtx-regions profile: reports in {folder}/BACKEND/, the table in {folder / TABLE}, the picture in {folder / PICTURE}")
+    if any(run.failure is not None for run in runs) or not table.rows:
+        return PROBLEM_FOUND
+    return OK
+

@@ -1,0 +1,480 @@
+"""``nvtx-regions profile`` and the one-line API behind it (`nvtx_regions.compile`, `nvtx_regions.steps`).
+
+The tutorial's command (docs/profile.md) runs for real under nsys on
+examples/train.py, once per backend; its table and picture are checked
+against an independent reading of each run's SQLite export (``NVTX_EVENTS``
+with ``StringIds``, read here with sqlite3). The other runs go under our
+capture (``--tool capture``): a backend lacking a module, a backend that
+fails, torchrun ranks. Inductor joins the tutorial run when
+`nvtx_regions.inductor` is installed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shlex
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from nvtx_regions.core.profiling import ENV_BACKEND, ENV_SPEC
+from nvtx_regions.report.backends_table import compare_backends, read_run, render_backends
+from nvtx_regions.testing import capture_subprocess, load_chrome_trace, unavailable_reason
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "profile.md"
+PYTHON = sys.executable
+NSYS = shutil.which("nsys")
+TORCHRUN = str(Path(PYTHON).parent / "torchrun")
+INDUCTOR = importlib.util.find_spec("nvtx_regions.inductor") is not None
+BLOCKS = ("transformer.h.0", "transformer.h.1")
+PASSES = ("forward", "backward")
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def child_env(tmp_path: Path) -> dict[str, str]:
+    """This environment without the NVTX tool the pytest plugin attached, this checkout first on the path,
+    one thread per torch process (2 busy cores: more make each op hundreds of times slower), a private Inductor cache."""
+    drop = ("NVTX_INJECTION64_PATH", "NVTX_REGIONS_CAPTURE_DIR", "NVTX_REGIONS_CAPTURE_MODE", ENV_BACKEND, ENV_SPEC)
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env["PATH"] = f"{Path(PYTHON).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    env.update(OMP_NUM_THREADS="1", TORCHINDUCTOR_COMPILE_THREADS="1", TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))
+    return env
+
+
+def profile(argv: list[str], tmp_path: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [PYTHON, "-m", "nvtx_regions", "profile", *argv], cwd=ROOT, env=child_env(tmp_path),
+        capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+
+
+def doc_block(kind: str, after: str) -> str:
+    """The first ``kind`` code block of docs/profile.md after the text `after`."""
+    text = DOC.read_text()
+    match = re.compile(rf"```{kind}\n(.*?)```", re.S).search(text, text.index(after))
+    assert match, f"no {kind} block after {after!r} in {DOC}"
+    return match[1]
+
+
+def table_cells(stdout: str) -> tuple[list[str], dict[tuple[str, str], list[str]], list[tuple[str, str]]]:
+    """The printed table: its header, the cells per (module, pass), and the rows' order."""
+    lines = stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("module ") and " pass " in line)
+    head = lines[at].split()
+    cells, order = {}, []
+    for line in lines[at + 2 :]:
+        if not line.strip():
+            break
+        words = re.split(r"\s{2,}", line.strip())
+        cells[(words[0], words[1])] = words[2:]
+        order.append((words[0], words[1]))
+    return head, cells, order
+
+
+def ns_of(cell: str) -> tuple[float, float, int]:
+    """A printed cell ``1.23 ms (3)``: (ns, half the last printed digit in ns, n)."""
+    match = re.fullmatch(r"([\d.]+) (ms|us) \((\d+)\)", cell)
+    assert match, cell
+    scale = 1e6 if match[2] == "ms" else 1e3
+    decimals = len(match[1].partition(".")[2])
+    return float(match[1]) * scale, 0.5 * 10**-decimals * scale, int(match[3])
+
+
+# ------------------------------------------------------------------ an independent reading of an nsys export
+
+
+def sqlite_ranges(path: Path, domain: str = "nvtx_regions") -> list[tuple[str, int, int]]:
+    """(message, start, end) of every push/pop range of `domain`, straight from NVTX_EVENTS and StringIds."""
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        types = dict(db.execute("SELECT name, id FROM ENUM_NSYS_EVENT_TYPE"))
+        (domain_id,) = db.execute(
+            "SELECT e.domainId FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId "
+            "WHERE e.eventType = ? AND COALESCE(s.value, e.text) = ?", (types["NvtxDomainCreate"], domain),
+        ).fetchone()  # fmt: skip
+        return list(db.execute(
+            "SELECT COALESCE(s.value, e.text), e.start, e.end FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId "
+            "WHERE e.eventType = ? AND e.domainId = ? ORDER BY e.start", (types["NvtxPushPopRange"], domain_id),
+        ))  # fmt: skip
+    finally:
+        db.close()
+
+
+def independent_medians(path: Path, first_measured: int) -> tuple[dict[tuple[str, str], list[int]], dict[tuple[str, str], int]]:
+    """Per (block, pass): the durations inside steps >= `first_measured`, and how many ranges all steps hold."""
+    ranges = sqlite_ranges(path)
+    steps = {int(m[5:]): (s, e) for m, s, e in ranges if re.fullmatch(r"step \d+", m)}
+    measured: dict[tuple[str, str], list[int]] = {}
+    everywhere: dict[tuple[str, str], int] = {}
+    for message, start, end in ranges:
+        name, _, suffix = message.partition(" (")
+        if name not in BLOCKS:
+            continue
+        key = (name, "backward" if suffix == "backward)" else "forward")
+        everywhere[key] = everywhere.get(key, 0) + 1
+        (step,) = [n for n, (s, e) in steps.items() if s <= start and end <= e]
+        if step >= first_measured:
+            measured.setdefault(key, []).append(end - start)
+    return measured, everywhere
+
+
+# ------------------------------------------------------------------ the tutorial, under the real nsys
+
+
+@pytest.fixture(scope="module")
+def tutorial(tmp_path_factory):
+    """docs/profile.md's command, run as written (paths aside), under nsys; inductor only when installed."""
+    if NSYS is None:
+        message = "Nsight Systems (nsys) is not installed; .ci/install-nsys installs it"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message + ". Under CI=true the nsys tests run; they do not skip")
+        pytest.skip(message)
+    tmp_path = tmp_path_factory.mktemp("profile_tutorial")
+    command = doc_block("bash", "## 2. Run it once per backend").strip()
+    backends = ["eager", "thunder", "inductor"] if INDUCTOR else ["eager", "thunder"]
+    argv = shlex.split(command.replace("eager,thunder,inductor", ",".join(backends)))
+    assert argv[:2] == ["nvtx-regions", "profile"]
+    out = tmp_path / "profile_out"
+    argv = [str(out) if word == "profile_out" else PYTHON if word == "python" else word for word in argv[2:]]
+    done = profile(argv, tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return backends, out, done
+
+
+def test_tutorial_runs_each_backend_under_nsys(tutorial):
+    backends, out, done = tutorial
+    for number, backend in enumerate(backends, 1):
+        assert f"nvtx-regions profile: {backend} ({number}/{len(backends)}) under nsys: " in done.stdout
+        assert (out / backend / "report.nsys-rep").is_file()
+        assert (out / backend / "stderr.txt").is_file()
+    assert (out / "table.txt").read_text().strip() in done.stdout
+
+
+def test_the_tutorial_shows_the_real_output(tutorial):
+    # The times differ from run to run, and so does the order of rows that follows them.
+    backends, out, done = tutorial
+    shown = doc_block("text", "<!-- profile: table -->")
+    numbers = re.compile(r"\d+\.\d+( ms| us)?( \(\d+\))?")
+
+    def masked(text: str) -> list[str]:
+        lines = [re.sub(r"\s+", " ", re.sub("-{3,}", "---", numbers.sub("#", line))).rstrip() for line in text.strip().splitlines()]
+        return lines[:7] + sorted(lines[7:-2]) + lines[-2:]
+
+    real = done.stdout[done.stdout.index("CPU time per module call") :].replace(str(out), "profile_out")
+    if backends == ["eager", "thunder", "inductor"]:
+        assert masked(shown) == masked(real)
+    else:  # inductor left out: the lines without it
+        assert masked(real)[0] == masked(shown)[0] and len(masked(real)) == len(masked(shown)) - 1
+
+
+def test_every_block_row_for_every_backend_and_warmup_left_out(tutorial):
+    backends, out, done = tutorial
+    head, cells, _ = table_cells(done.stdout)
+    assert head == ["module", "pass", *backends, *(f"{b}/eager" for b in backends[1:])]
+    assert set(cells) == {(block, phase) for block in BLOCKS for phase in PASSES}
+    for key, row in cells.items():
+        # --steps 5, the compile step 0 and --warmup 1 left out: steps 2..4, one range each.
+        assert [ns_of(cell)[2] for cell in row[: len(backends)]] == [3] * len(backends), key
+    for backend in backends:
+        assert f"  {backend}: steps 2..4 measured" in done.stdout
+        _, everywhere = independent_medians(out / backend / "report.sqlite", 2)
+        assert everywhere == {(block, phase): 5 for block in BLOCKS for phase in PASSES}  # the report has all 5
+    assert done.stdout.startswith("nvtx-regions profile: eager (1/")
+    assert "CPU time per module call" in done.stdout  # no GPU here: no CUDA kernels in the reports
+
+
+def test_medians_are_those_of_the_sqlite_export(tutorial):
+    backends, out, done = tutorial
+    _, cells, order = table_cells(done.stdout)
+    medians = {b: {k: statistics.median(v) for k, v in independent_medians(out / b / "report.sqlite", 2)[0].items()}
+               for b in backends}  # fmt: skip
+    for key, row in cells.items():
+        for backend, cell in zip(backends, row):
+            printed, rounding, _ = ns_of(cell)
+            assert abs(printed - medians[backend][key]) <= rounding * 1.0001, (backend, key, cell)
+        for backend, ratio in zip(backends[1:], row[len(backends) :]):
+            assert float(ratio) == pytest.approx(medians[backend][key] / medians["eager"][key], rel=0.01, abs=0.006)
+    # Largest ratio first.
+    largest = [max(medians[b][key] / medians["eager"][key] for b in backends[1:]) for key in order]
+    assert largest == sorted(largest, reverse=True)
+    # The library gives the same numbers from the same files.
+    table = compare_backends(
+        [read_run(b, [str(out / b / "report.sqlite")], domain="nvtx_regions") for b in backends], warmup=1
+    )
+    for row in table.rows:
+        assert [t.median_ns for t in row.times] == [medians[b][(row.module, row.phase)] for b in backends]
+
+
+def test_picture_one_group_per_module_bars_and_ratios(tutorial):
+    backends, out, _ = tutorial
+    medians = {b: {k: statistics.median(v) for k, v in independent_medians(out / b / "report.sqlite", 2)[0].items()}
+               for b in backends}  # fmt: skip
+    root = ET.parse(out / "profile.svg").getroot()
+    assert root.tag == f"{SVG}svg"
+    assert "CPU time" in root.find(f"{SVG}text").text
+    groups = [g for g in root.iter(f"{SVG}g") if g.get("class") == "module"]
+    assert [g.get("data-module") for g in groups] == list(BLOCKS)  # one per module, in model order
+    scale = []
+    colors: dict[str, set[str]] = {}
+    for group in groups:
+        passes = [g for g in group if g.tag == f"{SVG}g" and g.get("class") == "pass"]
+        assert [p.get("data-pass") for p in passes] == list(PASSES)
+        for part in passes:
+            key = (group.get("data-module"), part.get("data-pass"))
+            bars = [e for e in part if e.tag == f"{SVG}rect" and e.get("class") == "bar"]
+            assert [b.get("data-backend") for b in bars] == backends
+            for bar in bars:
+                backend = bar.get("data-backend")
+                assert float(bar.get("data-median-ns")) == pytest.approx(medians[backend][key], abs=0.06)
+                scale.append(float(bar.get("height")) / medians[backend][key])
+                colors.setdefault(backend, set()).add(bar.get("fill"))
+            ratios = {e.get("data-backend"): e.text for e in part if e.tag == f"{SVG}text" and e.get("class") == "ratio"}
+            assert set(ratios) == set(backends[1:])
+            for backend, text in ratios.items():
+                assert text.endswith("x")
+                expected = medians[backend][key] / medians["eager"][key]
+                assert float(text[:-1]) == pytest.approx(expected, rel=0.01, abs=0.006)
+    assert max(scale) == pytest.approx(min(scale), rel=1e-3)  # heights proportional to the medians
+    assert all(len(c) == 1 for c in colors.values()) and len({c for s in colors.values() for c in s}) == len(backends)
+
+
+def test_gpu_projected_time_where_the_report_holds_kernels(tutorial, tmp_path):
+    # No GPU here: the eager run's real export, with one CUDA launch and kernel added inside each block
+    # range (kernel k lasts 1000 + k ns), as a GPU run records them; the table must show those spans.
+    _, out, _ = tutorial
+    path = tmp_path / "gpu.sqlite"
+    shutil.copy(out / "eager" / "report.sqlite", path)
+    db = sqlite3.connect(path)
+    (push_pop,) = db.execute("SELECT id FROM ENUM_NSYS_EVENT_TYPE WHERE name = 'NvtxPushPopRange'").fetchone()
+    ranges = db.execute(
+        "SELECT e.start, e.end, e.globalTid, COALESCE(s.value, e.text) FROM NVTX_EVENTS e "
+        "LEFT JOIN StringIds s ON s.id = e.textId WHERE e.eventType = ? ORDER BY e.start", (push_pop,),
+    ).fetchall()  # fmt: skip
+    db.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INT, end INT, globalTid INT, correlationId INT)")
+    db.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INT, end INT, correlationId INT)")
+    spans: dict[tuple[str, str], list[int]] = {}
+    for k, (start, end, tid, message) in enumerate(r for r in ranges if r[3].partition(" (")[0] in BLOCKS):
+        db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, ?)", (start + 1, start + 2, tid, k))
+        db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, ?)", (end + 50, end + 50 + 1000 + k, k))
+        key = (message.partition(" (")[0], "backward" if message.endswith("(backward)") else "forward")
+        spans.setdefault(key, []).append(1000 + k)
+    db.commit()
+    db.close()
+    table = compare_backends([read_run("eager", [str(path)], domain="nvtx_regions")], warmup=1)
+    assert table.time == "GPU-projected time"
+    # 5 steps, one range each per block and pass: the last 3 are the measured ones.
+    assert {(r.module, r.phase): r.times[0].median_ns for r in table.rows} == {
+        key: statistics.median(found[2:]) for key, found in spans.items()
+    }
+    assert render_backends(table).startswith("GPU-projected time per module call")
+
+
+# ------------------------------------------------------------------ under our capture: missing, failed, ranks
+
+TINY = """
+import os, sys
+import torch
+import nvtx_regions
+
+backend = os.environ["NVTX_REGIONS_BACKEND"]
+if backend == "inductor" and "--fail-inductor" in sys.argv:
+    print("inductor: failing on purpose", file=sys.stderr)
+    sys.exit(3)
+rank = int(os.environ.get("RANK", "0"))
+
+
+class Net(torch.nn.Module):
+    def __init__(self, extra):
+        super().__init__()
+        self.first = torch.nn.Linear(4, 4)
+        self.extra = torch.nn.Linear(4, 4) if extra else None
+        self.last = torch.nn.Linear(4, 1)
+
+    def forward(self, x):
+        x = self.first(x)
+        if self.extra is not None:
+            x = self.extra(x)
+        return self.last(x)
+
+
+# eager's model has a module thunder's lacks; under torchrun, only rank 1's has it.
+model = Net(extra=(rank == 1) if "RANK" in os.environ else backend == "eager")
+compiled = nvtx_regions.compile(model)
+x = torch.randn(2, 4, requires_grad=True)
+for _ in nvtx_regions.steps(range(4)):
+    compiled(x).sum().backward()
+"""
+
+MODULES = "each module <*>\n"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    if unavailable_reason():
+        pytest.skip(unavailable_reason())
+    directory = tmp_path_factory.mktemp("profile_tiny")
+    (directory / "tiny.py").write_text(TINY)
+    (directory / "modules.nvtx").write_text(MODULES)
+    return directory
+
+
+def test_a_module_one_backend_lacks_is_missing_and_a_failed_backend_is_reported(tiny, tmp_path):
+    out = tmp_path / "out"
+    # The failing run is in the middle: the one after it still runs.
+    argv = [str(tiny / "modules.nvtx"), "--tool", "capture", "--backends", "eager,inductor,thunder", "-o", str(out), "--",
+            PYTHON, str(tiny / "tiny.py"), "--fail-inductor"]  # fmt: skip
+    done = profile(argv, tmp_path)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "under nvtx-regions capture (CPU times of the NVTX ranges only)" in done.stdout
+    assert "nvtx-regions profile: thunder (3/3) under" in done.stdout
+    assert "inductor: failing on purpose" in done.stderr  # shown as it came
+    assert "inductor failed: " in done.stdout and "exited with status 3; its stderr ended with:" in done.stdout
+    assert "    inductor: failing on purpose" in done.stdout  # the tail of its stderr
+    head, cells, _ = table_cells(done.stdout)
+    assert head == ["module", "pass", "eager", "inductor", "thunder", "inductor/eager", "thunder/eager"]
+    assert set(cells) == {(m, p) for m in ("first", "extra", "last") for p in PASSES}
+    for phase in PASSES:
+        eager, inductor, thunder, _, ratio = cells[("extra", phase)]
+        assert ns_of(eager)[2] == 2 and inductor == "failed" and thunder == "missing" and ratio == "-"
+        eager, inductor, thunder, _, ratio = cells[("first", phase)]
+        assert [ns_of(eager)[2], ns_of(thunder)[2]] == [2, 2] and inductor == "failed"  # steps 2..3 of 0..3
+        assert float(ratio) == pytest.approx(ns_of(thunder)[0] / ns_of(eager)[0], rel=0.05, abs=0.01)
+    # The rows without a ratio come last.
+    assert {key[0] for key in list(cells)[-2:]} == {"extra"}
+    root = ET.parse(out / "profile.svg").getroot()
+    modules = [g.get("data-module") for g in root.iter(f"{SVG}g") if g.get("class") == "module"]
+    assert modules == ["first", "extra", "last"]
+    (extra,) = [g for g in root.iter(f"{SVG}g") if g.get("data-module") == "extra"]
+    gaps = [(e.get("data-backend"), e.text) for e in extra.iter(f"{SVG}text") if e.get("class") == "missing"]
+    assert gaps == [("inductor", "failed"), ("thunder", "missing")] * 2
+    # Our capture's timeline holds the step ranges the table used.
+    steps = [r.message for r in load_chrome_trace(out / "eager" / "timeline.json") if r.message.startswith("step")]
+    assert steps == ["step 0", "step 1", "step 2", "step 3"]
+
+    again = profile([str(tiny / "modules.nvtx"), "--tool", "capture", "-o", str(out), "--", PYTHON, "-c", "pass"], tmp_path)
+    assert again.returncode == 2 and "the folder exists; add --force-overwrite" in again.stderr
+    assert (out / "eager" / "timeline.json").is_file()  # nothing was touched
+
+
+def test_torchrun_one_rank_at_a_time(tiny, tmp_path):
+    out = tmp_path / "out"
+    argv = [str(tiny / "modules.nvtx"), "--tool", "capture", "--backends", "eager", "--rank", "1", "-o", str(out), "--",
+            TORCHRUN, "--nproc_per_node=2", "--master_port=0", str(tiny / "tiny.py")]  # fmt: skip
+    done = profile(argv, tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    _, cells, _ = table_cells(done.stdout)
+    assert ("extra", "forward") in cells  # rank 1's model has it
+    timeline = str(out / "eager" / "timeline.json")
+    ranks = {r.rank for r in load_chrome_trace(timeline)}
+    assert ranks == {0, 1}
+    rank0 = compare_backends([read_run("eager", [timeline], domain="nvtx_regions", rank=0)], warmup=1)
+    assert rank0.modules == ("first", "last")
+
+
+# ------------------------------------------------------------------ the command's checks before any run
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--backends", "eager,tpu"], "--backends eager,tpu: choose from eager, thunder, inductor"),
+        (["--backends", "eager,eager"], "a backend is named twice"),
+        (["--backends", "eager,thunder", "--baseline", "inductor"], "--baseline inductor: not among --backends eager,thunder"),
+        (["--warmup", "-1"], "--warmup -1: give a number of steps >= 0"),
+    ],
+)
+def test_usage_errors_before_any_run(tmp_path, capsys, options, message):
+    from nvtx_regions.commands.main import main
+
+    spec = tmp_path / "modules.nvtx"
+    spec.write_text(MODULES)
+    out = tmp_path / "never"
+    assert main(["profile", str(spec), *options, "-o", str(out), "--", PYTHON, "-c", "raise SystemExit(9)"]) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_usage_error_messages(tmp_path, capsys):
+    from nvtx_regions.commands.main import main
+
+    spec = tmp_path / "modules.nvtx"
+    spec.write_text(MODULES)
+    assert main(["profile", str(spec), "--backends", "eager,tpu", "--", PYTHON]) == 2
+    assert "nvtx-regions profile: --backends eager,tpu: choose from eager, thunder, inductor" in capsys.readouterr().err
+    spec.write_text("each module <\n")
+    assert main(["profile", str(spec), "-o", str(tmp_path / "never"), "--", PYTHON]) == 2
+    assert "modules.nvtx" in capsys.readouterr().err and not (tmp_path / "never").exists()
+
+
+def test_auto_tool_is_capture_without_nsys(monkeypatch, tmp_path):
+    from nvtx_regions.commands.child import CommandError
+    from nvtx_regions.commands.profile import choose_tool
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # nothing there
+    assert choose_tool("auto") == "capture" and choose_tool("capture") == "capture"
+    with pytest.raises(CommandError, match="--tool nsys: nsys is not on PATH"):
+        choose_tool("nsys")
+
+
+# ------------------------------------------------------------------ the one-line API
+
+
+def test_doc_script_runs_on_eager_and_thunder(tmp_path):
+    if unavailable_reason():
+        pytest.skip(unavailable_reason())
+    code = doc_block("python", "## 1. One line picks the backend")
+    for backend in ("eager", "thunder"):
+        env = {**child_env(tmp_path), ENV_BACKEND: backend}
+        result = capture_subprocess([PYTHON, "-c", code], env=env).check()
+        messages = [e.message for e in result.events if e.kind == "push" and e.domain == "nvtx_regions"]
+        steps = [m for m in messages if m.startswith("step ")]
+        assert steps == ["step 0", "step 1", "step 2"], backend
+        for name in ("encoder", "head", "head (backward)", "encoder (backward)"):
+            assert messages.count(name) == 3, (backend, name, messages)
+
+
+def test_compile_refuses_a_backend_the_command_did_not_ask_for(monkeypatch):
+    import torch
+
+    import nvtx_regions
+
+    model = torch.nn.Linear(2, 2)
+    monkeypatch.setenv(ENV_BACKEND, "eager")
+    with pytest.raises(ValueError, match=r"backend='thunder', but \$NVTX_REGIONS_BACKEND asks for 'eager'"):
+        nvtx_regions.compile(model, "each module <**>", backend="thunder")
+    monkeypatch.setenv(ENV_BACKEND, "tpu")
+    with pytest.raises(ValueError, match=r"\$NVTX_REGIONS_BACKEND='tpu' is not a backend; choose one of eager, thunder, inductor"):
+        nvtx_regions.compile(model)
+    monkeypatch.delenv(ENV_BACKEND)
+    with pytest.raises(ValueError, match=r"backend='jax' is not a backend"):
+        nvtx_regions.compile(model, backend="jax")
+
+
+def test_steps_pop_on_break_and_on_error(nvtx_capture):
+    import nvtx_regions
+
+    def run(stop):
+        for number in nvtx_regions.steps(range(5), domain="steps_test"):
+            if number == stop:
+                if stop == 1:
+                    break
+                raise KeyError(stop)
+
+    with nvtx_capture() as events:
+        run(1)
+        with pytest.raises(KeyError):
+            run(2)
+    seen = [(e.kind, e.message) for e in events if e.domain == "steps_test" and e.kind in ("push", "pop")]
+    assert seen == [("push", "step 0"), ("pop", None), ("push", "step 1"), ("pop", None),
+                    ("push", "step 0"), ("pop", None), ("push", "step 1"), ("pop", None),
+                    ("push", "step 2"), ("pop", None)]  # fmt: skip
