@@ -41,11 +41,11 @@ import language  # noqa: E402
 import stats  # noqa: E402
 
 # ours / thunder's run-time cost per range, by worker mode (issue 16: no tool, tool attached)
-TARGET_RANGE_RATIO = {"plain": 0.20, "tool": 0.25}
+TARGET_RANGE_RATIO = {"plain": 0.20, "tool": 0.40}
 TARGET_LINEARITY = 0.25  # |growth of transform time / growth of bsyms - 1|
 TARGET_RULE_US = 50.0  # parse + compile per rule
 TARGET_PLAN_US = 2.0  # plan per bound symbol per rule
-TARGET_FIXED_RATIO = 2.0  # our fixed cost per call / thunder's cost per range
+TARGET_FIXED_RATIO = 0.8  # our fixed cost per call / thunder's cost per range
 
 
 def machine() -> dict:

@@ -270,7 +270,16 @@ class TraceRuntime:
             calls = state.calls
         except AttributeError:  # the first call on this thread in this domain
             calls = state.calls = []
-        while calls:  # the calls that are over: the last one, on the common path
+        if len(calls) == 1:
+            call = calls[0]
+            if call.runtime is self and call.passed == self.last_point and not call.started:
+                # The common path: this thread's one call in the domain was of this trace and
+                # is over, so it writes to its `Call` no more; the new call takes it over.
+                call.passed = 0
+                if self._gated:
+                    call.live = self._open_gates(call)
+                return call
+        while calls:  # the calls that are over
             last = calls[-1]
             if last.passed != last.runtime.last_point or last.started:
                 _recover(calls)
