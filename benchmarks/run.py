@@ -290,8 +290,8 @@ def report(results: dict, lang: list[dict], plan: dict, info: dict) -> tuple[str
         out("Overhead per step against `none`. `none again` and `none third` are more builds with no transform, "
             "A/A controls: their overheads show how much identical builds differ. \"Per op not selected\" = "
             "(linear's overhead − its ranges × all's ns/range) / (ops all selects and linear does not); it also "
-            "charges to those ops the fixed cost per call of an annotated trace (its first push and last pop are "
-            "Python calls), so it is an upper-bound style figure.\n")
+            "charges to those ops the fixed cost per call of an annotated trace (its `enter` line is a "
+            "Python call), so it is an upper-bound style figure.\n")
         out("| layers | ranges linear / all | ops not selected | overhead linear (µs) [90%] | overhead none again; "
             "none third (µs) [90%] | ns/range linear [90%] | ns/range all [90%] | ns per op not selected [90%] |")
         out("|---|---|---|---|---|---|---|---|")
@@ -376,13 +376,13 @@ def report(results: dict, lang: list[dict], plan: dict, info: dict) -> tuple[str
     fixed = {mode: results[mode]["fixed_cost"] for mode in ("plain", "tool") if "fixed_cost" in results.get(mode, {})}
     if fixed:
         out("## 5. Fixed cost per call of a trace\n")
-        out("A one-op function (`x * 2`, 4 floats) with our transform selecting its one op: the only range is "
-            "pushed by `enter` and popped by the exit line, so the overhead against no transform is the fixed "
-            "cost per call. thunder's transform on the same function gives its cost per range (push + pop). The "
+        out("A one-op function (`x * 2`, 4 floats) with our transform selecting its one op: the call's "
+            "`nvtx_call = nvtx_enter()` line, then the one range's push and pop lines with their stores, so the "
+            "overhead against no transform is the fixed cost per call and one range. thunder's transform on the same function gives its cost per range (push + pop). The "
             "computation functions are called directly (no prologue); CPU time per call, median over rounds of "
             "paired differences (see benchmarks/fixed_cost.py).\n")
         out("| tool | rounds × calls | none (ns/call) | ours, fixed (ns/call) [90%] | thunder, per range (ns) [90%] | "
-            f"ours / thunder [90%] | target ≤ {TARGET_FIXED_RATIO:.0f} |")
+            f"ours / thunder [90%] | target ≤ {TARGET_FIXED_RATIO:g} |")
         out("|---|---|---|---|---|---|---|")
         for mode, f in fixed.items():
             times = f["ns"]["cpu"]
