@@ -320,18 +320,21 @@ def test_failure_on_one_thread_is_recovered_on_that_thread_only():
 
 
 def test_two_threads_one_gated_function_each_call_gated_as_a_whole():
-    """A step gate opens and closes while the other thread's call is in flight
+    """Step gates open and close while the other thread's call is in flight
     (both wait for each other inside the "net" range): each call emits either
-    all its gated ranges or none, and exactly the calls of the gate's steps
+    all its gated ranges or none, and exactly the calls of the gates' steps
     emit them. Swapping the function's globals at each call's start cut ranges
     short in the call in flight, or left them open."""
     calls = 12
-    spec = "net: between first(op in <linear>)..last(op in <linear>)\nsteps 1..12 and op in <linear, embedding, matmul>"
+    ops = "op in <linear, embedding, matmul>"
+    # Open at steps 1, 3-5 and 9. The threads' calls go in pairs (each waits for the other), steps
+    # (1, 2), (3, 4), ...: the gate opens or closes within the pairs (1, 2), (5, 6) and (9, 10).
+    spec = f"net: between first(op in <linear>)..last(op in <linear>)\nsteps 1..1 and {ops}\nsteps 3..5 and {ops}\nsteps 9..9 and {ops}"
     out, forward, backward, tree = _threads({"a": [True] * calls, "b": [True] * calls}, spec)
     on = kit.planned(forward), kit.planned(backward)
     off = kit.one_call(forward, lambda rule: rule == 0), kit.one_call(backward, lambda rule: rule == 0)
     assert on[0] != off[0] and on[1] != off[1]
-    # The compiling call is step 0, gate closed; in the threads, forward steps 1-24, 1-12 open.
+    # The compiling call is step 0, gate closed; in the threads, forward steps 1-24.
     assert tree[out["tid"]] == off[0] + off[1]
     forward_on = backward_on = 0
     for name in ("a", "b"):
@@ -347,5 +350,5 @@ def test_two_threads_one_gated_function_each_call_gated_as_a_whole():
                     assert events[n : n + len(closed)] == closed, f"thread {name}: a call neither gated on nor off"
                     n += len(closed)
         assert n == len(events)
-    # Forward and backward count their calls apart; each has 12 of its 24 threaded calls in steps 1..12.
-    assert (forward_on, backward_on) == (12, 12)
+    # Forward and backward count their calls apart; each has 5 of its threaded calls in the gates' steps.
+    assert (forward_on, backward_on) == (5, 5)
