@@ -26,9 +26,10 @@ The next `enter` on the same thread and NVTX domain, of any trace (after an
 error the next call often compiles anew, and NVTX stacks are per thread and
 domain), pops them. Nothing keeps the failed call's frame, or its tensors,
 alive. A call whose last store says nothing is open (it returned, or it raised
-after its last range) needs nothing; a call still running (an outer call on
-this thread, inside which `enter` ran) is told apart by a frame walk, done only
-when an unfinished call is found.
+after its last range) needs nothing, and the next call of the same trace
+reuses its `Call`; a call still running (an outer call on this thread, inside
+which `enter` ran) is told apart by a frame walk, done only when an unfinished
+call is found.
 
 A start/end range (a module call whose range crosses another: see
 `selection.plan`) reads ``nvtx_call.started[5] = nvtx_start(nvtx_range_5, nvtx_domain)``
@@ -183,9 +184,10 @@ class RangesUnderGate:
 class Call:
     """One call of a transformed trace: how far it got, and what it started.
 
-    It is a local of the generated function, so it lives as long as the call's
-    frame, and after it only in this thread's list of calls (`enter` drops it
-    at the next call). Exactly one thread writes to it.
+    It is a local of the generated function, and stays in this thread's list of
+    calls until the next `enter` there: that one drops it, or takes it over when
+    it is over and of the same trace. It holds no tensor. Exactly one thread
+    writes to it.
     """
 
     __slots__ = ("runtime", "passed", "live", "started")
