@@ -1,6 +1,6 @@
 """Where a failed call stopped (emission/runtime.py): every push and pop line
-of a transformed trace is followed by a plain store of its point, the same
-text on every Python.
+of a transformed trace is followed by a plain store of its range's
+attributes into the call, the same text on every Python.
 
 Checked against the trace text (an independent count of its push and pop
 lines) and, in real NVTX captures, by a call that fails after hundreds of
@@ -48,38 +48,45 @@ def forward_source(layers: int, spec: str, domain: str, messages: str = "python"
     return thunder.last_traces(model)[-1].python()
 
 
-NVTX_CALL = re.compile(r"^(nvtx_(push|pop)|nvtx_call\.gate_\d+_(push|pop))\(")
+PUSH = re.compile(r"^(nvtx_push|nvtx_call\.gate_\d+_push)\((nvtx_range_\d+), nvtx_domain\)")
+POP = re.compile(r"^(nvtx_pop|nvtx_call\.gate_\d+_pop)\(\)$")
 
 
-def test_every_push_and_pop_line_stores_its_own_point():
-    """Reference: the point of a push or pop line is its number among those lines, from 1
-    (enter's is 0). The line right after each one stores it; no other line stores."""
+def test_every_push_and_pop_line_stores_its_range():
+    """Reference: a push line is followed by the store of the attributes it pushed, a pop
+    line by the store of those of the range it pops (the innermost open one); no other
+    line stores into the call."""
     spec = "op in <linear>\nr: between first(all)..last(all)\nsteps 1.. and op in <tanh>"
-    lines = [line.strip() for line in forward_source(40, spec, "uw_stores").splitlines()]
-    point = 0
+    lines = [line.strip().split("  #")[0] for line in forward_source(40, spec, "uw_stores").splitlines()]
+    open_ranges: list[str] = []
+    stores = 0
     for line, following in zip(lines, lines[1:]):
-        if NVTX_CALL.match(line):
-            point += 1
-            assert following == f"nvtx_call.passed = {point}", line
-    assert point == 2 * (40 + 40 + 1)  # both lines of each linear's, tanh's and r's range
-    assert sum(".passed = " in line for line in lines) == point
+        if (push := PUSH.match(line)) is not None:
+            open_ranges.append(push.group(2))
+            assert following == f"nvtx_call.pushed = {push.group(2)}", line
+            stores += 1
+        elif POP.match(line):
+            assert following == f"nvtx_call.popped = {open_ranges.pop()}", line
+            stores += 1
+    assert stores == 2 * (40 + 40 + 1) and not open_ranges  # both lines of each linear's, tanh's and r's range
+    assert sum(line.startswith("nvtx_call.") and " = " in line for line in lines) == stores
     assert sum(line.startswith("nvtx_call.gate_1_push(") for line in lines) == 40  # the gated tanhs count too
 
 
 EXPECTED_LINES = """\
 nvtx_call = nvtx_enter()
 nvtx_push(nvtx_range_0, nvtx_domain)  # "chain"
-nvtx_call.passed = 1
+nvtx_call.pushed = nvtx_range_0
 nvtx_push(nvtx_range_1, nvtx_domain)  # "layers.0: linear"
-nvtx_call.passed = 2
+nvtx_call.pushed = nvtx_range_1
 nvtx_pop()
-nvtx_call.passed = 3
+nvtx_call.popped = nvtx_range_1
 nvtx_call.gate_1_push(nvtx_range_2, nvtx_domain)  # "Chain: tanh"
-nvtx_call.passed = 4
+nvtx_call.pushed = nvtx_range_2
 nvtx_call.gate_1_pop()
-nvtx_call.passed = 5
+nvtx_call.popped = nvtx_range_2
 nvtx_pop()
-nvtx_call.passed = 6"""
+nvtx_call.popped = nvtx_range_0"""
 
 
 def test_the_lines_read_one_statement_each_the_same_on_every_python():

@@ -4,7 +4,7 @@ lines around the planned ranges.
 The trace changes only by gaining bound symbols: one ``nvtx_call = nvtx_enter()``
 before the first range, then a push and a pop per range (a start and an end
 for a start/end range). A push or pop prints two lines, the NVTX call and the
-store of its point (see `runtime`). Pops are placed right after the range's
+store of its range's attributes into the call (see `runtime`). Pops are placed right after the range's
 last bound symbol, so every pop comes before the ``return``.
 
 The operators are registered once, at import, tagged so that dead-code
@@ -53,13 +53,12 @@ class Push(NamedTuple):
     push: str  # a global, or an attribute of the call under a gate
     domain: str
     call: str
-    point: int
 
 
 class Pop(NamedTuple):
     pop: str
     call: str
-    point: int
+    attributes: str
 
 
 class Start(NamedTuple):
@@ -88,9 +87,9 @@ def _operator(name: str, fields: type, line: Callable[[Any], str | list[str]]) -
 _ENTER = _operator("nvtx_regions_enter", Enter, lambda a: f"{a.call} = {a.enter}()")
 _PUSH = _operator(
     "nvtx_regions_push", Push,
-    lambda a: [f"{a.push}({a.attributes}, {a.domain})  # {_comment(a.message)}", f"{a.call}.passed = {a.point}"],
+    lambda a: [f"{a.push}({a.attributes}, {a.domain})  # {_comment(a.message)}", f"{a.call}.pushed = {a.attributes}"],
 )  # fmt: skip
-_POP = _operator("nvtx_regions_pop", Pop, lambda a: [f"{a.pop}()", f"{a.call}.passed = {a.point}"])
+_POP = _operator("nvtx_regions_pop", Pop, lambda a: [f"{a.pop}()", f"{a.call}.popped = {a.attributes}"])
 _START = _operator(
     "nvtx_regions_start", Start,
     lambda a: f"{a.call}.started[{a.number}] = {a.start}({a.attributes}, {a.domain})  # {_comment(a.message)}",
@@ -185,23 +184,13 @@ def annotate_trace(
                     stack.pop()
                 points[(kind, number)] = len(open_after)
                 open_after.append(tuple(stack))
-    runtime = TraceRuntime(
-        domain,
-        list(groups.values()),
-        call_name=call,
-        open_after=open_after,
-        start_end_groups={
-            number: numbers[key_of(planned)] for number, planned in enumerate(plan.ranges) if planned.style == "StartEnd"
-        },
-    )
-    functions = runtime.initial_globals()
-
     bsyms = trace.bound_symbols
-    emitted: list[tuple[int | None, str]] = []
-    starts: dict[int, BoundSymbol] = {}
-    ends: dict[int, BoundSymbol] = {}
-    open_ends: dict[Any, list[int]] = {}  # per domain: ends of the push/pop ranges enclosing the current one
-    for number, planned in enumerate(plan.ranges):
+    messages: list[str] = []
+    attributes_of: list[Any] = []
+    # Where a tool disables some domains only, the ranges of those (None attributes: nothing is
+    # emitted) still need an object of their own, for the stores that say how far a call got.
+    distinct = any(hasattr(group.domain.handle, "handle") for group in groups.values())
+    for planned in plan.ranges:
         marker = planned.marker
         if marker is not None or planned.label is not None:
             message = planned.label
@@ -214,6 +203,30 @@ def annotate_trace(
             attributes = group.domain.attributes(message, color=marker.color)
         else:
             attributes = group.domain.attributes(message, color=rule_color(rule.number), category=rule_category(rule.rule))
+        messages.append(message)
+        attributes_of.append(object() if attributes is None and distinct else attributes)
+    runtime = TraceRuntime(
+        domain,
+        list(groups.values()),
+        call_name=call,
+        open_after=open_after,
+        points=[
+            (attributes_of[number], points[("push", number)], points[("pop", number)])
+            for number, planned in enumerate(plan.ranges) if planned.style != "StartEnd"
+        ],
+        start_end_groups={
+            number: numbers[key_of(planned)] for number, planned in enumerate(plan.ranges) if planned.style == "StartEnd"
+        },
+    )
+    functions = runtime.initial_globals()
+
+    emitted: list[tuple[int | None, str]] = []
+    starts: dict[int, BoundSymbol] = {}
+    ends: dict[int, BoundSymbol] = {}
+    open_ends: dict[Any, list[int]] = {}  # per domain: ends of the push/pop ranges enclosing the current one
+    for number, planned in enumerate(plan.ranges):
+        message, attributes = messages[number], attributes_of[number]
+        group = groups[key_of(planned)]
         attributes_name = f"{prefix}range_{number}"
         context = {name: functions[name] for name in (group.push, group.pop, group.start, group.end) if name in functions}
         context[group.domain_argument] = functions[group.domain_argument]
@@ -230,10 +243,10 @@ def annotate_trace(
             enclosing.pop()
         emitted.append((len(enclosing), message))
         enclosing.append(planned.end)
-        push = Push(attributes_name, quoted, called(group, group.push), group.domain_argument, call, points[("push", number)])
+        push = Push(attributes_name, quoted, called(group, group.push), group.domain_argument, call)
         starts[number] = bind_with_globals(_PUSH, tuple(push), {attributes_name: attributes, **context})
-        pop = Pop(called(group, group.pop), call, points[("pop", number)])
-        ends[number] = bind_with_globals(_POP, tuple(pop), context)
+        pop = Pop(called(group, group.pop), call, attributes_name)
+        ends[number] = bind_with_globals(_POP, tuple(pop), {attributes_name: attributes, **context})
 
     enter = f"{prefix}enter"
     first = min(planned.start for planned in plan.ranges)

@@ -5,10 +5,10 @@ A transformed trace reads, around one op::
 
     nvtx_call = nvtx_enter()
     nvtx_push(nvtx_range_0, nvtx_domain)  # "t0 = torch.nn.functional.linear(x, w, b)"
-    nvtx_call.passed = 1
+    nvtx_call.pushed = nvtx_range_0
     t0 = torch.nn.functional.linear(x, w, b)
     nvtx_pop()
-    nvtx_call.passed = 2
+    nvtx_call.popped = nvtx_range_0
 
 `nvtx_push` and `nvtx_pop` are the nvtx package's C functions (the pop with
 its domain bound), `nvtx_range_0` prebuilt event attributes with a registered
@@ -19,9 +19,13 @@ recognised).
 
 Recovery. ``nvtx_enter()`` starts the call and gives its `Call`, a local of
 the generated function. Every push and pop line is followed by a plain store
-of its *point* (its number among the trace's push and pop lines), so a call
-that raised leaves in its `Call` the last point it passed, and the runtime
-knows per point which ranges are open after it (`TraceRuntime.open_after`).
+of the range's attributes, the object its push line has just loaded: so a
+call that raised leaves in its `Call` the last range it pushed and the last
+it popped, which give the last push or pop line it passed (its *point*), and
+the runtime knows per point which ranges are open after it
+(`TraceRuntime.open_after`). (A distinct int per line cost about 250 ns a
+range in a large trace on a loaded machine: each store touched a cold int
+object, where the attributes are in cache.)
 The next `enter` on the same thread and NVTX domain, of any trace (after an
 error the next call often compiles anew, and NVTX stacks are per thread and
 domain), pops them. Nothing keeps the failed call's frame, or its tensors,
@@ -190,10 +194,12 @@ class Call:
     writes to it.
     """
 
-    __slots__ = ("runtime", "passed", "live", "started")
+    __slots__ = ("runtime", "pushed", "popped", "live", "started")
 
     runtime: TraceRuntime
-    passed: int  # the last push or pop point the call passed (`TraceRuntime.open_after`)
+    # The attributes of the last range the call pushed and of the last it popped (None: none yet).
+    pushed: Any
+    popped: Any
     live: tuple[bool, ...]  # per group: on in this call (gates are decided when it starts)
     # Start/end ranges started and not ended: range number -> (NVTX range id, domain handle),
     # what `end` takes; None in a trace without start/end ranges.
@@ -226,6 +232,7 @@ class TraceRuntime:
         *,
         call_name: str,
         open_after: list[tuple[int, ...]],
+        points: list[tuple[Any, int, int]],
         start_end_groups: dict[int, int],
     ) -> None:
         self.domain = domain  # the transform's own: calls are kept per thread and this domain
@@ -234,7 +241,14 @@ class TraceRuntime:
         # Per point (0: enter, then each push and pop line): the groups of the push/pop ranges
         # open after it. The last point is the trace's last pop, past which nothing is open.
         self.open_after = open_after
-        self.last_point = len(open_after) - 1
+        # Per push/pop range: (its attributes, the point of its push line, of its pop line). Held
+        # here so that the ids stay theirs. Without a tool every range's attributes are None: then
+        # nothing is emitted and nothing needs closing.
+        self._points = points
+        self._push_point = {id(attributes): push for attributes, push, _ in points}
+        self._pop_point = {id(attributes): pop for attributes, _, pop in points}
+        last = len(open_after) - 1
+        self._last_popped = next((a for a, _, pop in points if pop == last), None)
         # Range number -> group number, of each start/end range of the trace.
         self.start_end_groups = start_end_groups
         # Per group: (push, pop, domain argument) and (start, end) of its domain.
@@ -274,22 +288,22 @@ class TraceRuntime:
             calls = state.calls = []
         if len(calls) == 1:
             call = calls[0]
-            if call.runtime is self and call.passed == self.last_point and not call.started:
+            if call.runtime is self and call.popped is self._last_popped and not call.started:
                 # The common path: this thread's one call in the domain was of this trace and
                 # is over, so it writes to its `Call` no more; the new call takes it over.
-                call.passed = 0
+                call.pushed = call.popped = None
                 if self._gated:
                     call.live = self._open_gates(call)
                 return call
         while calls:  # the calls that are over
             last = calls[-1]
-            if last.passed != last.runtime.last_point or last.started:
+            if last.popped is not last.runtime._last_popped or last.started:
                 _recover(calls)
                 break
             calls.pop()
         call = self._call_type()
         call.runtime = self
-        call.passed = 0
+        call.pushed = call.popped = None
         call.started = {} if self.start_end_groups else None
         call.live = self._open_gates(call) if self._gated else self._all_on
         calls.append(call)
@@ -312,10 +326,16 @@ class TraceRuntime:
                 setattr(call, group.end, end if on else _SKIP_END)
         return tuple(live)
 
+    def passed(self, call: Call) -> int:
+        """The last push or pop point `call` passed (0: none)."""
+        pushed = self._push_point.get(id(call.pushed), 0) if call.pushed is not None else 0
+        popped = self._pop_point.get(id(call.popped), 0) if call.popped is not None else 0
+        return max(pushed, popped)
+
     def close(self, call: Call) -> None:
         """Pop and end what `call`, which raised, left open."""
         live = call.live
-        for group in reversed(self.open_after[call.passed]):
+        for group in reversed(self.open_after[self.passed(call)]):
             if live[group]:
                 self._push_pop[group][1]()
         if call.started:  # a failed call must not leave a start/end range open forever
@@ -324,7 +344,7 @@ class TraceRuntime:
                 if live[group]:
                     self._start_end[group][1](*started)
             call.started.clear()
-        call.passed = self.last_point
+        call.popped = self._last_popped
 
 
 def _recover(calls: list[Call]) -> None:
@@ -337,7 +357,7 @@ def _recover(calls: list[Call]) -> None:
     while calls:
         call = calls[-1]
         runtime = call.runtime
-        if call.passed != runtime.last_point or call.started:
+        if call.popped is not runtime._last_popped or call.started:
             if local_on_this_stack(runtime.call_name, call):
                 return
             runtime.close(call)
