@@ -248,7 +248,8 @@ class TraceRuntime:
         self._push_point = {id(attributes): push for attributes, push, _ in points}
         self._pop_point = {id(attributes): pop for attributes, _, pop in points}
         last = len(open_after) - 1
-        self._last_popped = next((a for a, _, pop in points if pop == last), None)
+        # What a call that is over has stored last: the attributes of the range popped last.
+        self.last_popped = next((a for a, _, pop in points if pop == last), None)
         # Range number -> group number, of each start/end range of the trace.
         self.start_end_groups = start_end_groups
         # Per group: (push, pop, domain argument) and (start, end) of its domain.
@@ -288,7 +289,7 @@ class TraceRuntime:
             calls = state.calls = []
         if len(calls) == 1:
             call = calls[0]
-            if call.runtime is self and call.popped is self._last_popped and not call.started:
+            if call.runtime is self and call.popped is self.last_popped and not call.started:
                 # The common path: this thread's one call in the domain was of this trace and
                 # is over, so it writes to its `Call` no more; the new call takes it over.
                 call.pushed = call.popped = None
@@ -297,7 +298,7 @@ class TraceRuntime:
                 return call
         while calls:  # the calls that are over
             last = calls[-1]
-            if last.popped is not last.runtime._last_popped or last.started:
+            if last.popped is not last.runtime.last_popped or last.started:
                 _recover(calls)
                 break
             calls.pop()
@@ -344,7 +345,7 @@ class TraceRuntime:
                 if live[group]:
                     self._start_end[group][1](*started)
             call.started.clear()
-        call.popped = self._last_popped
+        call.popped = self.last_popped
 
 
 def _recover(calls: list[Call]) -> None:
@@ -357,7 +358,7 @@ def _recover(calls: list[Call]) -> None:
     while calls:
         call = calls[-1]
         runtime = call.runtime
-        if call.popped is not runtime._last_popped or call.started:
+        if call.popped is not runtime.last_popped or call.started:
             if local_on_this_stack(runtime.call_name, call):
                 return
             runtime.close(call)
