@@ -4,7 +4,7 @@ lines around the planned ranges.
 The trace changes only by gaining bound symbols: one ``nvtx_call = nvtx_enter()``
 before the first range, then a push and a pop per range (a start and an end
 for a start/end range). A push or pop prints two lines, the NVTX call and the
-store of its range's attributes into the call (see `runtime`). Pops are placed right after the range's
+stores that say how far the call got (see `runtime`). Pops are placed right after the range's
 last bound symbol, so every pop comes before the ``return``.
 
 The operators are registered once, at import, tagged so that dead-code
@@ -58,7 +58,7 @@ class Push(NamedTuple):
 class Pop(NamedTuple):
     pop: str
     call: str
-    attributes: str
+    since_push: int  # pop lines since the last push line, this one included
 
 
 class Start(NamedTuple):
@@ -87,9 +87,13 @@ def _operator(name: str, fields: type, line: Callable[[Any], str | list[str]]) -
 _ENTER = _operator("nvtx_regions_enter", Enter, lambda a: f"{a.call} = {a.enter}()")
 _PUSH = _operator(
     "nvtx_regions_push", Push,
-    lambda a: [f"{a.push}({a.attributes}, {a.domain})  # {_comment(a.message)}", f"{a.call}.pushed = {a.attributes}"],
+    lambda a: [
+        f"{a.push}({a.attributes}, {a.domain})  # {_comment(a.message)}",
+        f"{a.call}.pushed = {a.attributes}",
+        f"{a.call}.pops = 0",
+    ],
 )  # fmt: skip
-_POP = _operator("nvtx_regions_pop", Pop, lambda a: [f"{a.pop}()", f"{a.call}.popped = {a.attributes}"])
+_POP = _operator("nvtx_regions_pop", Pop, lambda a: [f"{a.pop}()", f"{a.call}.pops = {a.since_push}"])
 _START = _operator(
     "nvtx_regions_start", Start,
     lambda a: f"{a.call}.started[{a.number}] = {a.start}({a.attributes}, {a.domain})  # {_comment(a.message)}",
@@ -173,6 +177,8 @@ def annotate_trace(
     open_after: list[tuple[int, ...]] = [()]
     stack: list[int] = []
     points: dict[tuple[str, int], int] = {}
+    since_push: dict[int, int] = {}  # per pop line (range number): pop lines since the last push line
+    pops = 0
     for index in range(len(trace.bound_symbols)):
         for kind, found in (("push", before.get(index, ())), ("pop", after.get(index, ()))):
             for number in found:
@@ -184,6 +190,9 @@ def annotate_trace(
                     stack.pop()
                 points[(kind, number)] = len(open_after)
                 open_after.append(tuple(stack))
+                pops = 0 if kind == "push" else pops + 1
+                if kind == "pop":
+                    since_push[number] = pops
     bsyms = trace.bound_symbols
     messages: list[str] = []
     attributes_of: list[Any] = []
@@ -211,7 +220,7 @@ def annotate_trace(
         call_name=call,
         open_after=open_after,
         points=[
-            (attributes_of[number], points[("push", number)], points[("pop", number)])
+            (attributes_of[number], points[("push", number)])
             for number, planned in enumerate(plan.ranges) if planned.style != "StartEnd"
         ],
         start_end_groups={
@@ -245,8 +254,8 @@ def annotate_trace(
         enclosing.append(planned.end)
         push = Push(attributes_name, quoted, called(group, group.push), group.domain_argument, call)
         starts[number] = bind_with_globals(_PUSH, tuple(push), {attributes_name: attributes, **context})
-        pop = Pop(called(group, group.pop), call, attributes_name)
-        ends[number] = bind_with_globals(_POP, tuple(pop), {attributes_name: attributes, **context})
+        pop = Pop(called(group, group.pop), call, since_push[number])
+        ends[number] = bind_with_globals(_POP, tuple(pop), context)
 
     enter = f"{prefix}enter"
     first = min(planned.start for planned in plan.ranges)

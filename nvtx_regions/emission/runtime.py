@@ -6,9 +6,10 @@ A transformed trace reads, around one op::
     nvtx_call = nvtx_enter()
     nvtx_push(nvtx_range_0, nvtx_domain)  # "t0 = torch.nn.functional.linear(x, w, b)"
     nvtx_call.pushed = nvtx_range_0
+    nvtx_call.pops = 0
     t0 = torch.nn.functional.linear(x, w, b)
     nvtx_pop()
-    nvtx_call.popped = nvtx_range_0
+    nvtx_call.pops = 1
 
 `nvtx_push` and `nvtx_pop` are the nvtx package's C functions (the pop with
 its domain bound), `nvtx_range_0` prebuilt event attributes with a registered
@@ -18,14 +19,16 @@ domain, and push and pop are C no-ops (`nvtx_domain` says how a tool is
 recognised).
 
 Recovery. ``nvtx_enter()`` starts the call and gives its `Call`, a local of
-the generated function. Every push and pop line is followed by a plain store
-of the range's attributes, the object its push line has just loaded: so a
-call that raised leaves in its `Call` the last range it pushed and the last
-it popped, which give the last push or pop line it passed (its *point*), and
-the runtime knows per point which ranges are open after it
-(`TraceRuntime.open_after`). (A distinct int per line cost about 250 ns a
-range in a large trace on a loaded machine: each store touched a cold int
-object, where the attributes are in cache.)
+the generated function. Every push line is followed by plain stores of the
+range's attributes (the object the push line has just loaded) and of a 0,
+every pop line by a store of how many pop lines ran since the last push: so a
+call that raised leaves in its `Call` the last range it pushed and the pops
+since, which give the last push or pop line it passed (its *point*), and the
+runtime knows per point which ranges are open after it
+(`TraceRuntime.open_after`). The values stored are in cache: a distinct int
+per line cost about 250 ns a range in a large trace on a loaded machine (each
+store touched a cold int object), and a pop line storing its range's
+attributes, which the op in between may have evicted, about 50 ns with a tool.
 The next `enter` on the same thread and NVTX domain, of any trace (after an
 error the next call often compiles anew, and NVTX stacks are per thread and
 domain), pops them. Nothing keeps the failed call's frame, or its tensors,
@@ -194,12 +197,11 @@ class Call:
     writes to it.
     """
 
-    __slots__ = ("runtime", "pushed", "popped", "live", "started")
+    __slots__ = ("runtime", "pushed", "pops", "live", "started")
 
     runtime: TraceRuntime
-    # The attributes of the last range the call pushed and of the last it popped (None: none yet).
-    pushed: Any
-    popped: Any
+    pushed: Any  # the attributes of the last range the call pushed (None: none yet)
+    pops: int  # the pop lines it passed since
     live: tuple[bool, ...]  # per group: on in this call (gates are decided when it starts)
     # Start/end ranges started and not ended: range number -> (NVTX range id, domain handle),
     # what `end` takes; None in a trace without start/end ranges.
@@ -232,7 +234,7 @@ class TraceRuntime:
         *,
         call_name: str,
         open_after: list[tuple[int, ...]],
-        points: list[tuple[Any, int, int]],
+        points: list[tuple[Any, int]],
         start_end_groups: dict[int, int],
     ) -> None:
         self.domain = domain  # the transform's own: calls are kept per thread and this domain
@@ -241,15 +243,14 @@ class TraceRuntime:
         # Per point (0: enter, then each push and pop line): the groups of the push/pop ranges
         # open after it. The last point is the trace's last pop, past which nothing is open.
         self.open_after = open_after
-        # Per push/pop range: (its attributes, the point of its push line, of its pop line). Held
-        # here so that the ids stay theirs. Without a tool every range's attributes are None: then
-        # nothing is emitted and nothing needs closing.
+        # Per push/pop range: (its attributes, the point of its push line). Held here so that
+        # the ids stay theirs. Without a tool every range's attributes are None: then nothing
+        # is emitted and nothing needs closing.
         self._points = points
-        self._push_point = {id(attributes): push for attributes, push, _ in points}
-        self._pop_point = {id(attributes): pop for attributes, _, pop in points}
-        last = len(open_after) - 1
-        # What a call that is over has stored last: the attributes of the range popped last.
-        self.last_popped = next((a for a, _, pop in points if pop == last), None)
+        self._push_point = {id(attributes): push for attributes, push in points}
+        # What a call that is over has stored: the last range pushed, and the pops after it.
+        self.last_pushed, last_push = max(points, key=lambda p: p[1], default=(None, 0))
+        self.last_pops = len(open_after) - 1 - last_push
         # Range number -> group number, of each start/end range of the trace.
         self.start_end_groups = start_end_groups
         # Per group: (push, pop, domain argument) and (start, end) of its domain.
@@ -289,22 +290,22 @@ class TraceRuntime:
             calls = state.calls = []
         if len(calls) == 1:
             call = calls[0]
-            if call.runtime is self and call.popped is self.last_popped and not call.started:
+            if call.runtime is self and call.pushed is self.last_pushed and call.pops == self.last_pops and not call.started:
                 # The common path: this thread's one call in the domain was of this trace and
                 # is over, so it writes to its `Call` no more; the new call takes it over.
-                call.pushed = call.popped = None
+                call.pushed, call.pops = None, 0
                 if self._gated:
                     call.live = self._open_gates(call)
                 return call
         while calls:  # the calls that are over
             last = calls[-1]
-            if last.popped is not last.runtime.last_popped or last.started:
+            if not last.runtime.over(last):
                 _recover(calls)
                 break
             calls.pop()
         call = self._call_type()
         call.runtime = self
-        call.pushed = call.popped = None
+        call.pushed, call.pops = None, 0
         call.started = {} if self.start_end_groups else None
         call.live = self._open_gates(call) if self._gated else self._all_on
         calls.append(call)
@@ -327,11 +328,14 @@ class TraceRuntime:
                 setattr(call, group.end, end if on else _SKIP_END)
         return tuple(live)
 
+    def over(self, call: Call) -> bool:
+        """Whether `call` has nothing left open: it passed the last pop line and ended its start/end ranges."""
+        return call.pushed is self.last_pushed and call.pops == self.last_pops and not call.started
+
     def passed(self, call: Call) -> int:
         """The last push or pop point `call` passed (0: none)."""
         pushed = self._push_point.get(id(call.pushed), 0) if call.pushed is not None else 0
-        popped = self._pop_point.get(id(call.popped), 0) if call.popped is not None else 0
-        return max(pushed, popped)
+        return pushed + call.pops
 
     def close(self, call: Call) -> None:
         """Pop and end what `call`, which raised, left open."""
@@ -345,7 +349,7 @@ class TraceRuntime:
                 if live[group]:
                     self._start_end[group][1](*started)
             call.started.clear()
-        call.popped = self.last_popped
+        call.pushed, call.pops = self.last_pushed, self.last_pops
 
 
 def _recover(calls: list[Call]) -> None:
@@ -358,7 +362,7 @@ def _recover(calls: list[Call]) -> None:
     while calls:
         call = calls[-1]
         runtime = call.runtime
-        if call.popped is not runtime.last_popped or call.started:
+        if not runtime.over(call):
             if local_on_this_stack(runtime.call_name, call):
                 return
             runtime.close(call)
