@@ -1,6 +1,6 @@
 """Where a failed call stopped (emission/runtime.py): every push and pop line
-of a transformed trace is followed by a plain store of its range's
-attributes into the call, the same text on every Python.
+of a transformed trace is followed by plain stores into the call (the range
+pushed, the pops since), the same text on every Python.
 
 Checked against the trace text (an independent count of its push and pop
 lines) and, in real NVTX captures, by a call that fails after hundreds of
@@ -52,23 +52,22 @@ PUSH = re.compile(r"^(nvtx_push|nvtx_call\.gate_\d+_push)\((nvtx_range_\d+), nvt
 POP = re.compile(r"^(nvtx_pop|nvtx_call\.gate_\d+_pop)\(\)$")
 
 
-def test_every_push_and_pop_line_stores_its_range():
-    """Reference: a push line is followed by the store of the attributes it pushed, a pop
-    line by the store of those of the range it pops (the innermost open one); no other
-    line stores into the call."""
+def test_every_push_and_pop_line_stores_how_far_the_call_got():
+    """Reference: a push line is followed by the stores of the attributes it pushed and of
+    a 0, a pop line by the store of how many pop lines ran since the last push line; no
+    other line stores into the call."""
     spec = "op in <linear>\nr: between first(all)..last(all)\nsteps 1.. and op in <tanh>"
     lines = [line.strip().split("  #")[0] for line in forward_source(40, spec, "uw_stores").splitlines()]
-    open_ranges: list[str] = []
-    stores = 0
-    for line, following in zip(lines, lines[1:]):
+    depth = pops = stores = 0
+    for n, line in enumerate(lines):
         if (push := PUSH.match(line)) is not None:
-            open_ranges.append(push.group(2))
-            assert following == f"nvtx_call.pushed = {push.group(2)}", line
-            stores += 1
+            assert lines[n + 1 : n + 3] == [f"nvtx_call.pushed = {push.group(2)}", "nvtx_call.pops = 0"], line
+            depth, pops, stores = depth + 1, 0, stores + 2
         elif POP.match(line):
-            assert following == f"nvtx_call.popped = {open_ranges.pop()}", line
-            stores += 1
-    assert stores == 2 * (40 + 40 + 1) and not open_ranges  # both lines of each linear's, tanh's and r's range
+            pops += 1
+            assert lines[n + 1] == f"nvtx_call.pops = {pops}", line
+            depth, stores = depth - 1, stores + 1
+    assert stores == 3 * (40 + 40 + 1) and depth == 0  # linears', tanhs' and r's ranges
     assert sum(line.startswith("nvtx_call.") and " = " in line for line in lines) == stores
     assert sum(line.startswith("nvtx_call.gate_1_push(") for line in lines) == 40  # the gated tanhs count too
 
@@ -77,16 +76,19 @@ EXPECTED_LINES = """\
 nvtx_call = nvtx_enter()
 nvtx_push(nvtx_range_0, nvtx_domain)  # "chain"
 nvtx_call.pushed = nvtx_range_0
+nvtx_call.pops = 0
 nvtx_push(nvtx_range_1, nvtx_domain)  # "layers.0: linear"
 nvtx_call.pushed = nvtx_range_1
+nvtx_call.pops = 0
 nvtx_pop()
-nvtx_call.popped = nvtx_range_1
+nvtx_call.pops = 1
 nvtx_call.gate_1_push(nvtx_range_2, nvtx_domain)  # "Chain: tanh"
 nvtx_call.pushed = nvtx_range_2
+nvtx_call.pops = 0
 nvtx_call.gate_1_pop()
-nvtx_call.popped = nvtx_range_2
+nvtx_call.pops = 1
 nvtx_pop()
-nvtx_call.popped = nvtx_range_0"""
+nvtx_call.pops = 2"""
 
 
 def test_the_lines_read_one_statement_each_the_same_on_every_python():
