@@ -9,8 +9,9 @@ and ``id``), so only the lines' own cost shows:
 - ``bare``: ``push(attributes, domain)`` / ``pop(domain)``, no bookkeeping;
 - ``progress list``: the lines before issue 16, ``...; progress.append(0)`` /
   ``...; progress.pop()``;
-- ``plain store``: the lines now, each call followed by ``call.passed = 7``,
-  a store into a slot of the call's object (see emission/runtime.py).
+- ``plain store``: the lines now, a push followed by ``call.pushed = attributes``
+  and ``call.pops = 0``, a pop by ``call.pops = 1``: stores into slots of the
+  call's object (see emission/runtime.py).
 
 A small, cache-resident function: it shows the lines' own cost, not what a
 large trace adds through the cache.
@@ -31,7 +32,7 @@ REPEATS = 41
 
 
 class Call:
-    __slots__ = ("passed",)  # as emission/runtime.py's Call
+    __slots__ = ("pushed", "pops")  # as emission/runtime.py's Call
 
 
 def build(kind: str):
@@ -42,7 +43,7 @@ def build(kind: str):
         elif kind == "progress list":
             lines += ["  push(attributes, domain); progress.append(0)", "  pop(domain); progress.pop()"]
         else:  # as emission/rewrite.py writes them
-            lines += ["  push(attributes, domain)", f"  call.passed = {2 * k + 1}", "  pop(domain)", f"  call.passed = {2 * k + 2}"]
+            lines += ["  push(attributes, domain)", "  call.pushed = attributes", "  call.pops = 0", "  pop(domain)", "  call.pops = 1"]
     namespace: dict = {"Call": Call}
     exec(compile("\n".join(lines), f"<{kind}>", "exec"), namespace)
     return namespace["step"]
