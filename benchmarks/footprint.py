@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import re
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -52,17 +53,15 @@ def generated_globals(compiled: workload.Compiled) -> list[dict[str, Any]]:
 
 
 def attribute_names(g: dict[str, Any]) -> list[str]:
-    names = [k for k in g if k.startswith("nvtx_regions_") and "_attr_" in k]
+    names = [k for k in g if re.fullmatch(r"nvtx\d*_range_\d+", k)]
     return sorted(names, key=lambda k: int(k.rsplit("_", 1)[1]))
 
 
 def no_op_calls(g: dict[str, Any]) -> None:
     for k in list(g):
-        if not k.startswith("nvtx_regions_") or k.endswith(("_enter", "_exit")):
-            continue
-        if "_push_" in k:
+        if re.fullmatch(r"nvtx\d*_push(_\d+)?", k):
             g[k] = {}.get
-        elif "_pop_" in k:
+        elif re.fullmatch(r"nvtx\d*_pop(_\d+)?", k):
             g[k] = [].clear
 
 

@@ -9,10 +9,12 @@ and ``id``), so only the lines' own cost shows:
 - ``bare``: ``push(attributes, domain)`` / ``pop(domain)``, no bookkeeping;
 - ``progress list``: the lines before issue 16, ``...; progress.append(0)`` /
   ``...; progress.pop()``;
-- ``position cell``: the lines now, ``...; at[0] = 7`` (see emission/runtime.py).
+- ``plain store``: the lines now, a push followed by ``call.pushed = attributes``
+  and ``call.pops = 0``, a pop by ``call.pops = 1``: stores into slots of the
+  call's object (see emission/runtime.py).
 
 A small, cache-resident function: it shows the lines' own cost, not what a
-large trace adds through the cache (see emission/rewrite.py `_store_point`).
+large trace adds through the cache.
 
 Prints ns per range (a push line and a pop line) for each, and the extra cost
 of each kind of bookkeeping over ``bare``; median of interleaved repeats.
@@ -29,24 +31,26 @@ RANGES = 2000
 REPEATS = 41
 
 
+class Call:
+    __slots__ = ("pushed", "pops")  # as emission/runtime.py's Call
+
+
 def build(kind: str):
-    lines = ["def step(push, pop, attributes, domain):", "  progress = []", "  at = [0, 0]"]
+    lines = ["def step(push, pop, attributes, domain):", "  progress = []", "  call = Call()"]
     for k in range(RANGES):
         if kind == "bare":
             lines += ["  push(attributes, domain)", "  pop(domain)"]
         elif kind == "progress list":
             lines += ["  push(attributes, domain); progress.append(0)", "  pop(domain); progress.pop()"]
-        else:  # as emission/rewrite.py writes them: the low byte, and the rest every 256 points
-            for point, call in ((2 * k + 1, "push(attributes, domain)"), (2 * k + 2, "pop(domain)")):
-                high = f"at[1] = {point >> 8}; " if point & 255 == 0 else ""
-                lines.append(f"  {call}; {high}at[0] = {point & 255}")
-    namespace: dict = {}
+        else:  # as emission/rewrite.py writes them
+            lines += ["  push(attributes, domain)", "  call.pushed = attributes", "  call.pops = 0", "  pop(domain)", "  call.pops = 1"]
+    namespace: dict = {"Call": Call}
     exec(compile("\n".join(lines), f"<{kind}>", "exec"), namespace)
     return namespace["step"]
 
 
 def main() -> int:
-    kinds = ("bare", "progress list", "position cell")
+    kinds = ("bare", "progress list", "plain store")
     steps = {kind: build(kind) for kind in kinds}
     push, pop, attributes, domain = {}.get, id, object(), None
     times: dict[str, list[float]] = {kind: [] for kind in kinds}

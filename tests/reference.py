@@ -382,15 +382,15 @@ def read_annotated(original, annotated):
     if original.bound_symbols and original.bound_symbols[-1].sym.name == "python_return":
         assert annotated.bound_symbols[-1] is original.bound_symbols[-1], "return is not last"
     stack, ranges, seen = [], [], 0
-    pushes = [b for b, o in zip(annotated.bound_symbols, ours) if o and "_push" in b.sym.name]
-    pops = [b for b, o in zip(annotated.bound_symbols, ours) if o and "_pop" in b.sym.name]
-    if pushes:
-        assert pushes[0].sym.name.endswith("_push_enter") and pops[-1].sym.name.endswith("_pop_exit")
-        assert sum(b.sym.name.endswith("_push_enter") for b in pushes) == 1
-        assert sum(b.sym.name.endswith("_pop_exit") for b in pops) == 1
+    own = [b for b, o in zip(annotated.bound_symbols, ours) if o]
+    if own:  # the call starts once, before its first range
+        assert own[0].sym.name == "nvtx_regions_enter"
+        assert sum(b.sym.name == "nvtx_regions_enter" for b in own) == 1
     for bsym, own in zip(annotated.bound_symbols, ours):
         if not own:
             seen += 1
+        elif bsym.sym.name == "nvtx_regions_enter":
+            continue
         elif "_push" in bsym.sym.name:
             stack.append((seen, json.loads(bsym.args[1]), len(ranges)))
             ranges.append(None)  # filled at its pop

@@ -241,9 +241,7 @@ def rendezvous(idx: torch.Tensor) -> torch.Tensor:
 rendezvous.register_fake(lambda idx: torch.empty_like(idx))
 _register_custom_op(rendezvous)
 
-t = NvtxProfileTransform(
-    "net: between first(op in <linear>)..last(op in <linear>)\\nop in <linear, embedding, matmul>", domain="threads"
-)
+t = NvtxProfileTransform(SPEC_HERE, domain="threads")
 model = embed_net(through=torch.ops.nvtx_regions_tests.rendezvous)
 jm = thunder.jit(model, transforms=[t], executors=[custom_op_ex, *thunder.get_default_executors()])
 x = torch.randn(3, 8)
@@ -273,9 +271,12 @@ emit(reports=reports(t), tids=tids, errors=errors, calls=calls, cache_misses=thu
 """
 
 
-def _threads(plans: dict[str, list[bool]]):
+UNGATED = "net: between first(op in <linear>)..last(op in <linear>)\nop in <linear, embedding, matmul>"
+
+
+def _threads(plans: dict[str, list[bool]], spec: str = UNGATED):
     """Run the THREADS child: one thread per plan, each making one call per entry (False: a failing call)."""
-    out, process = run(THREADS.replace("PLANS_HERE", repr(plans)))
+    out, process = run(THREADS.replace("PLANS_HERE", repr(plans)).replace("SPEC_HERE", repr(spec)))
     assert out["calls"] == {name: len(plan) for name, plan in plans.items()}
     assert out["errors"] == {name: plan.count(False) for name, plan in plans.items()}
     assert out["cache_misses"] == 1
@@ -284,8 +285,9 @@ def _threads(plans: dict[str, list[bool]]):
     # Both threads waited for each other inside the "net" range, so their calls overlapped:
     # one pushed while the other had a range open.
     ops = out["ops"]
-    enter, exit_ = (next(i for i, op in enumerate(ops) if op.endswith(end)) for end in ("_push_enter", "_pop_exit"))
-    assert enter < ops.index("nvtx_regions_tests_rendezvous") < exit_
+    enter = ops.index("nvtx_regions_enter")
+    last_pop = max(i for i, op in enumerate(ops) if op == "nvtx_regions_pop")
+    assert enter < ops.index("nvtx_regions_tests_rendezvous") < last_pop
     workers = set(out["tids"].values())
     depth = dict.fromkeys(workers, 0)
     overlaps = 0
@@ -315,3 +317,38 @@ def test_failure_on_one_thread_is_recovered_on_that_thread_only():
         out["tids"]["calls_only"]: step * calls,
         out["tids"]["fails_every_other"]: (failed + step) * (calls // 2),
     }
+
+
+def test_two_threads_one_gated_function_each_call_gated_as_a_whole():
+    """Step gates open and close while the other thread's call is in flight
+    (both wait for each other inside the "net" range): each call emits either
+    all its gated ranges or none, and exactly the calls of the gates' steps
+    emit them. Swapping the function's globals at each call's start cut ranges
+    short in the call in flight, or left them open."""
+    calls = 12
+    ops = "op in <linear, embedding, matmul>"
+    # Open at steps 1, 3-5 and 9. The threads' calls go in pairs (each waits for the other), steps
+    # (1, 2), (3, 4), ...: the gate opens or closes within the pairs (1, 2), (5, 6) and (9, 10).
+    spec = f"net: between first(op in <linear>)..last(op in <linear>)\nsteps 1..1 and {ops}\nsteps 3..5 and {ops}\nsteps 9..9 and {ops}"
+    out, forward, backward, tree = _threads({"a": [True] * calls, "b": [True] * calls}, spec)
+    on = kit.planned(forward), kit.planned(backward)
+    off = kit.one_call(forward, lambda rule: rule == 0), kit.one_call(backward, lambda rule: rule == 0)
+    assert on[0] != off[0] and on[1] != off[1]
+    # The compiling call is step 0, gate closed; in the threads, forward steps 1-24.
+    assert tree[out["tid"]] == off[0] + off[1]
+    forward_on = backward_on = 0
+    for name in ("a", "b"):
+        events = tree[out["tids"][name]]
+        n = 0
+        for _ in range(calls):
+            for phase, (opened, closed) in enumerate(zip(on, off)):
+                if events[n : n + len(opened)] == opened:
+                    n += len(opened)
+                    forward_on += phase == 0
+                    backward_on += phase == 1
+                else:
+                    assert events[n : n + len(closed)] == closed, f"thread {name}: a call neither gated on nor off"
+                    n += len(closed)
+        assert n == len(events)
+    # Forward and backward count their calls apart; each has 5 of its threaded calls in the gates' steps.
+    assert (forward_on, backward_on) == (5, 5)

@@ -1,59 +1,55 @@
 """What runs inside a transformed trace: the NVTX calls, run-time gates, and
 recovery of the NVTX stack after an op raised.
 
-The per-range path pushes no Python frame. A push line in the trace reads
+A transformed trace reads, around one op::
 
-    nvtx_regions_3_push_0(nvtx_regions_3_attr_17, nvtx_regions_3_domain)  # "t5 = ltorch.linear(...)"
+    nvtx_call = nvtx_enter()
+    nvtx_push(nvtx_range_0, nvtx_domain)  # "t0 = torch.nn.functional.linear(x, w, b)"
+    nvtx_call.pushed = nvtx_range_0
+    nvtx_call.pops = 0
+    t0 = torch.nn.functional.linear(x, w, b)
+    nvtx_pop()
+    nvtx_call.pops = 1
 
-where the three names are globals of the generated function: the nvtx
-package's C function ``push_range``, prebuilt `EventAttributes` with a
-registered string, and the domain's C handle. Pops read
-``nvtx_regions_3_pop_0()``: nvtx's ``pop_range`` with the handle bound.
-With no NVTX tool attached the nvtx package hands out a dummy domain, and
-push and pop are C no-ops (`nvtx_domain` says how a tool is recognised).
+`nvtx_push` and `nvtx_pop` are the nvtx package's C functions (the pop with
+its domain bound), `nvtx_range_0` prebuilt event attributes with a registered
+string, `nvtx_domain` the domain's C handle: the per-range path pushes no
+Python frame. With no NVTX tool attached the nvtx package hands out a dummy
+domain, and push and pop are C no-ops (`nvtx_domain` says how a tool is
+recognised).
 
-Recovery after an exception costs nothing per range until something raises.
-Every push and pop line has a *point* (its number among the trace's push and
-pop lines, fixed when the trace is rewritten), and the runtime knows, per
-point, which push/pop ranges are open after it (`TraceRuntime.open_after`).
-A call that raised leaves in its `Progress` the last point it passed, so what
-must be popped follows, without anyone keeping its frame (and with it the
-call's tensors) alive. Where that point comes from:
-- Python 3.12 and later: `unwind_watch`. ``sys.monitoring`` reports the
-  instruction where the exception left the generated function, and the point
-  follows from its line. The lines store nothing.
-- Python 3.11 (or when ``sys.monitoring`` has no free tool id): the lines
-  store it in the call's *position cell*, a two-item list that is a local of
-  the generated function, as ``...; nvtx_regions_3_at[0] = 9``: the low byte
-  in ``at[0]``, the rest in ``at[1]`` when it changes, each a specialized
-  list store of a preallocated small int, no call (one distinct int constant
-  per point missed the cache on every store in large traces). Only the last
-  line before an op that may raise stores (see `rewrite`), about one store
-  per range where every op has one.
-Both replaced a list of open ranges that every push appended to and every pop
-popped (two method calls per range, about 55-60 ns).
+Recovery. ``nvtx_enter()`` starts the call and gives its `Call`, a local of
+the generated function. Every push line is followed by plain stores of the
+range's attributes (the object the push line has just loaded) and of a 0,
+every pop line by a store of how many pop lines ran since the last push: so a
+call that raised leaves in its `Call` the last range it pushed and the pops
+since, which give the last push or pop line it passed (its *point*), and the
+runtime knows per point which ranges are open after it
+(`TraceRuntime.open_after`). The values stored are in cache: a distinct int
+per line cost about 250 ns a range in a large trace on a loaded machine (each
+store touched a cold int object), and a pop line storing its range's
+attributes, which the op in between may have evicted, about 50 ns with a tool.
+The next `enter` on the same thread and NVTX domain, of any trace (after an
+error the next call often compiles anew, and NVTX stacks are per thread and
+domain), pops them. Nothing keeps the failed call's frame, or its tensors,
+alive. A call whose last store says nothing is open (it returned, or it raised
+after its last range) needs nothing, and the next call of the same trace
+reuses its `Call`; a call still running (an outer call on this thread, inside
+which `enter` ran) is told apart by a frame walk, done only when an unfinished
+call is found.
 
 A start/end range (a module call whose range crosses another: see
-`selection.plan`) reads ``nvtx_regions_3_open.started[5] = nvtx_regions_3_start_0(nvtx_regions_3_attr_5,
-nvtx_regions_3_domain)`` and ends with ``nvtx_regions_3_end_0(*nvtx_regions_3_open.started.pop(5))``:
-nvtx's ``start_range`` gives the range id with the domain, and they wait in
-the call's `Progress` under the range's number, so a call that raised leaves
-behind what must be ended too. (Start/end ranges are one per crossing module
-call, so this dict costs little.)
+`selection.plan`) reads ``nvtx_call.started[5] = nvtx_start(nvtx_range_5, nvtx_domain)``
+and ends with ``nvtx_end(*nvtx_call.started.pop(5))``: nvtx's ``start_range``
+gives the range id and domain handle that ``end_range`` takes, kept in the call
+under the range's number, so a call that raised leaves behind what must be
+ended too.
 
-The trace's first push (or start) is `TraceRuntime.enter`, a Python call once
-per call of the trace, which returns the call's `Progress` (where the lines
-store points, the line also takes its position cell into a local). The last
-pop removes the call from this thread's calls in flight, with C calls only. So the trace gains exactly
-two bound symbols per range. `enter`:
-- pops (and ends) the ranges that a previous call on this thread, of any trace with the
-  same NVTX domain, left open when an op raised (the calls that never ended
-  and are no longer executing). Any trace: after an error the
-  next call often compiles anew (another batch size), and NVTX stacks are per
-  thread and domain, not per trace;
-- for gated rules (``rank in <...>``, ``steps a..b``), decides which ranges are
-  on for this call and swaps the push/pop globals between nvtx's functions
-  and C-level no-ops. A gated-off range costs two calls of C builtins.
+Gates (``rank in <...>``, ``steps a..b``) are decided in `enter`, per call:
+the ranges under a gate call their functions through the call,
+``nvtx_call.gate_1_push(nvtx_range_7, nvtx_domain)``, which `enter` sets to
+nvtx's functions or to C no-ops. The generated function's globals never
+change, so threads calling one function at once each get their own gates.
 """
 
 from __future__ import annotations
@@ -67,11 +63,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.naming import DEFAULT_DOMAIN
+from ..internals.nvtx_calls import c_push_pop, c_start_end, local_on_this_stack, unasked_domain
 from ..selection.compile import Gate
-from . import unwind_watch
 
 # DEFAULT_DOMAIN lives in core.naming; it is named here too for callers of this module's API.
-__all__ = ["Domain", "TraceRuntime", "current_rank", "nvtx_domain", "DEFAULT_DOMAIN"]
+__all__ = ["Call", "Domain", "RangesUnderGate", "TraceRuntime", "current_rank", "nvtx_domain", "DEFAULT_DOMAIN"]
 
 # C callables standing in for push(attributes, domain) and pop() when a
 # gate is closed or no tool is attached: no Python frame, no effect, no
@@ -80,18 +76,6 @@ __all__ = ["Domain", "TraceRuntime", "current_rank", "nvtx_domain", "DEFAULT_DOM
 # (which allocates) took ~180 ns.
 _SKIP_PUSH = {}.get
 _SKIP_POP = [].clear
-
-
-def _start_end(handle: Any) -> tuple[Any, Any]:
-    """(start, end) for the lines ``started = start(attributes, domain)`` and ``end(*started)``:
-    the nvtx package's C functions for start/end ranges, like `_push_pop`."""
-    if not hasattr(handle, "handle"):
-        return _SKIP_START, _SKIP_END
-    try:
-        from nvtx._lib.lib import end_range, start_range
-    except ImportError:
-        return (lambda attributes, _: (handle.start_range(attributes), None)), (lambda range_id, _: handle.end_range(range_id))
-    return start_range, end_range  # start_range gives (range id, domain handle): end_range's arguments
 
 
 def _SKIP_START(attributes: Any, domain: Any) -> tuple[int, None]:
@@ -106,20 +90,26 @@ _SKIP_END = {}.get  # takes the (0, None) that _SKIP_START gave
 def _push_pop(handle: Any) -> tuple[Any, Any, Any]:
     """(push, pop, domain argument) for the lines ``push(attributes, domain)`` and ``pop()``.
 
-    The nvtx package's module-level functions take the domain's C handle: one
-    plain C call each, where the `Domain` methods also parse ``**kwargs`` and
-    look the handle up (about 40% of a range's cost with a tool attached).
-    The pop has the handle bound (`functools.partial`, C too): its line
-    loads one global less, which matters more in a large trace than the
-    partial's few ns.
+    The pop has the handle bound (`functools.partial`, C too): its line loads
+    one global less, which matters more in a large trace than the partial's few ns.
     """
     if not hasattr(handle, "handle"):  # nvtx's DummyDomain: no tool attached, nothing to emit
         return _SKIP_PUSH, _SKIP_POP, None
-    try:
-        from nvtx._lib.lib import pop_range, push_range
-    except ImportError:  # another nvtx layout: slower, still correct
+    functions = c_push_pop()
+    if functions is None:  # another nvtx layout: slower, still correct
         return (lambda attributes, _: handle.push_range(attributes)), handle.pop_range, None
-    return push_range, functools.partial(pop_range, handle.handle), handle.handle
+    push, pop = functions
+    return push, functools.partial(pop, handle.handle), handle.handle
+
+
+def _start_end(handle: Any) -> tuple[Any, Any]:
+    """(start, end) for the lines ``started = start(attributes, domain)`` and ``end(*started)``."""
+    if not hasattr(handle, "handle"):
+        return _SKIP_START, _SKIP_END
+    functions = c_start_end()
+    if functions is None:
+        return (lambda attributes, _: (handle.start_range(attributes), None)), (lambda range_id, _: handle.end_range(range_id))
+    return functions  # start_range gives (range id, domain handle): end_range's arguments
 
 
 class Domain:
@@ -166,20 +156,7 @@ def nvtx_domain(name: str | None) -> Any:
     domain = nvtx.get_domain(name)
     if hasattr(domain, "handle") or not os.environ.get("NVTX_INJECTION64_PATH") or not nvtx.enabled():
         return domain
-    return _unasked_domain(name)
-
-
-@functools.lru_cache(maxsize=None)
-def _unasked_domain(name: str | None) -> Any:
-    """nvtx's `Domain` for `name` without ``nvtxDomainIsEnabled``; one per name, as `nvtx.get_domain`
-    keeps (category ids are numbered per object, and dropping the handle destroys the NVTX domain)."""
-    from nvtx._lib.lib import Domain as NvtxDomain, DomainHandle
-
-    # nvtx's Domain.__new__ is what asks the question; __init__ only fills in the rest.
-    domain = object.__new__(NvtxDomain)
-    domain.handle = DomainHandle(name)
-    domain.__init__(name)
-    return domain
+    return unasked_domain(name)
 
 
 def current_rank() -> int:
@@ -192,42 +169,43 @@ def current_rank() -> int:
 
 @dataclass(frozen=True)
 class RangesUnderGate:
-    """The ranges of one trace that share a gate and an NVTX domain, and the globals their lines call."""
+    """The ranges of one trace that share a gate and an NVTX domain, and the names their lines call.
 
-    push_name: str
-    pop_name: str
+    Without a gate the names are globals of the generated function; under a gate
+    they are attributes of the call (`Call`), set per call by `TraceRuntime.enter`.
+    `domain_argument` is always a global: the domain's C handle.
+    """
+
     gate: frozenset[Gate] | None  # None: always on
-    # The domain (the transform's own, or a user's marker's: `each marker`) and the global holding its argument.
-    domain: Domain | None = None  # None: the runtime's own
-    domain_name: str = ""
-    # The globals that start and end this gate's start/end ranges ("": it has none).
-    start_name: str = ""
-    end_name: str = ""
+    domain: Domain  # the transform's own, or a user's marker's (`each marker`)
+    push: str
+    pop: str
+    start: str
+    end: str
+    domain_argument: str
 
     def is_open(self, rank: int, step: int) -> bool:
         return self.gate is None or any(g.is_open(rank, step) for g in self.gate)
 
 
-class Progress:
-    """One call of a transformed trace in flight: where it got to, and what it started.
+class Call:
+    """One call of a transformed trace: how far it got, and what it started.
 
-    It is a local of the generated function, so it lives as long as the call's
-    frame and no longer. Exactly one thread writes to it.
+    It is a local of the generated function, and stays in this thread's list of
+    calls until the next `enter` there: that one drops it, or takes it over when
+    it is over and of the same trace. It holds no tensor. Exactly one thread
+    writes to it.
     """
 
-    __slots__ = ("runtime", "calls", "live", "started", "at")
+    __slots__ = ("runtime", "pushed", "pops", "live", "started")
 
     runtime: TraceRuntime
-    calls: list[Progress]  # this thread's calls in flight in the domain, outermost first
+    pushed: Any  # the attributes of the last range the call pushed (None: none yet)
+    pops: int  # the pop lines it passed since
     live: tuple[bool, ...]  # per group: on in this call (gates are decided when it starts)
-    # Start/end ranges the call has started and not ended: range number -> (NVTX range
-    # id, domain handle), what `end` takes (set only in traces that have start/end ranges).
-    started: dict[int, Any]
-    # The position cell: ``at[1] * 256 + at[0]`` is the last push or pop point the
-    # call passed (`TraceRuntime.open_after`), written by `unwind_watch` when the
-    # call raised, or else by the lines as they pass (only ints 0-255, see `rewrite`;
-    # the generated function then keeps it in a local too).
-    at: list[int]
+    # Start/end ranges started and not ended: range number -> (NVTX range id, domain handle),
+    # what `end` takes; None in a trace without start/end ranges.
+    started: dict[int, Any] | None
 
 
 _thread_states: dict[str | None, threading.local] = {}
@@ -235,10 +213,9 @@ _thread_states_lock = threading.Lock()
 
 
 def _thread_state(domain: str | None) -> threading.local:
-    """Per thread, for one NVTX domain name: ``.calls``, the `Progress` of the calls in flight.
-
-    A call that raised stays there until the next `enter` on the thread and domain.
-    """
+    """Per thread, for one NVTX domain name: ``.calls``, the calls of transformed traces,
+    outermost first: those running, and the last one that ended (or raised), until the
+    next `enter` on the thread and domain."""
     with _thread_states_lock:
         return _thread_states.setdefault(domain, threading.local())
 
@@ -246,10 +223,8 @@ def _thread_state(domain: str | None) -> threading.local:
 class TraceRuntime:
     """Run-time state of one transformed trace (one compiled function).
 
-    Steps are counted per call of that function, from 0, across threads.
-    Gate changes happen at call boundaries; calling one function from several
-    threads while its gate opens or closes can cut a range short in the call
-    that is in flight.
+    Steps are counted per call of that function, from 0, across threads; each
+    call's gates are decided when it starts, and hold for that call only.
     """
 
     def __init__(
@@ -257,146 +232,138 @@ class TraceRuntime:
         domain: Domain,
         groups: list[RangesUnderGate],
         *,
-        enter_name: str,
-        exit_name: str,
-        progress_name: str,
-        start_end_groups: dict[int, int] | None = None,
-        open_after: list[tuple[int, ...]] = [],  # noqa: B006 (read only)
-        located_by_interpreter: bool = False,
+        call_name: str,
+        open_after: list[tuple[int, ...]],
+        points: list[tuple[Any, int]],
+        start_end_groups: dict[int, int],
     ) -> None:
-        self.domain = domain  # the transform's own: calls in flight are kept per thread and this domain
-        # Per push/pop point of the trace: the groups of the push/pop ranges open after it.
+        self.domain = domain  # the transform's own: calls are kept per thread and this domain
+        self.groups = groups
+        self.call_name = call_name  # the generated function's local that holds its `Call`
+        # Per point (0: enter, then each push and pop line): the groups of the push/pop ranges
+        # open after it. The last point is the trace's last pop, past which nothing is open.
         self.open_after = open_after
+        # Per push/pop range: (its attributes, the point of its push line). Held here so that
+        # the ids stay theirs. Without a tool every range's attributes are None: then nothing
+        # is emitted and nothing needs closing.
+        self._points = points
+        self._push_point = {id(attributes): push for attributes, push in points}
+        # What a call that is over has stored: the last range pushed, and the pops after it.
+        self.last_pushed, last_push = max(points, key=lambda p: p[1], default=(None, 0))
+        self.last_pops = len(open_after) - 1 - last_push
         # Range number -> group number, of each start/end range of the trace.
-        self.start_end_groups = start_end_groups or {}
-        self.progress_name = progress_name  # the local that holds the call's `Progress`
-        # Per group: (push, pop, domain argument) of its domain.
-        self._calls_of = [_push_pop((g.domain or domain).handle) for g in groups]
-        # Per group: (start, end) of its domain, for its start/end ranges.
-        self._start_end_of = [_start_end((g.domain or domain).handle) for g in groups]
+        self.start_end_groups = start_end_groups
+        # Per group: (push, pop, domain argument) and (start, end) of its domain.
+        self._push_pop = [_push_pop(g.domain.handle) for g in groups]
+        self._start_end = [_start_end(g.domain.handle) for g in groups]
         self._state = _thread_state(domain.name)
-        self.groups = groups  # groups[0] holds the trace's first range: `enter` pushes it
-        # The lines that call enter/exit also push/pop a range of these groups.
-        self.enter_name, self.exit_name = enter_name, exit_name
-        self._gated = [g for g in groups if g.gate is not None]
-        self._open = {g.push_name: False for g in self._gated}
-        self._live = self._live_flags()  # changes only when a gate opens or closes
-        self._calls = itertools.count()
-        # Whether `unwind_watch` finds where a failed call stopped (the lines store no points),
-        # and the code object it last watched for it (the generated function that calls `enter`).
-        self._located_by_interpreter = located_by_interpreter
-        self._code: Any = None
+        self._gated = [n for n, g in enumerate(groups) if g.gate is not None]
+        self._all_on = (True,) * len(groups)
+        self._steps = itertools.count()
+        if self._gated:
+            names = []
+            for n in self._gated:
+                group = groups[n]
+                names += [group.push, group.pop] + ([group.start, group.end] if group.start else [])
+            self._call_type = type("Call", (Call,), {"__slots__": tuple(names)})
+        else:
+            self._call_type = Call
 
     def initial_globals(self) -> dict[str, Any]:
-        """Globals the generated function starts with (gated groups start closed)."""
+        """The globals the generated function's NVTX lines read (they never change)."""
         values: dict[str, Any] = {}
-        for group, (push, pop, argument), (start, end) in zip(self.groups, self._calls_of, self._start_end_of):
-            on = group.gate is None
-            values[group.domain_name] = argument
-            values[group.push_name] = push if on else _SKIP_PUSH
-            values[group.pop_name] = pop if on else _SKIP_POP
-            if group.start_name:
-                values[group.start_name] = start if on else _SKIP_START
-                values[group.end_name] = end if on else _SKIP_END
+        for group, (push, pop, argument), (start, end) in zip(self.groups, self._push_pop, self._start_end):
+            values[group.domain_argument] = argument
+            if group.gate is None:
+                values[group.push], values[group.pop] = push, pop
+                if group.start:
+                    values[group.start], values[group.end] = start, end
         return values
 
-    def enter(self, function_globals: dict[str, Any], attributes: Any, started: int | None = None) -> Progress:
-        """Start a call: recover, apply gates, push the trace's first range (start it,
-        for a start/end range: `started` is its number); return the call's progress."""
+    def enter(self) -> Call:
+        """Start a call: close what calls on this thread that raised left open, decide
+        the gates, and give the call's `Call`."""
         state = self._state
         try:
             calls = state.calls
-        except AttributeError:  # first call on this thread in this domain
+        except AttributeError:  # the first call on this thread in this domain
             calls = state.calls = []
-        if calls:
-            _recover(calls)
-        if self._gated:
-            self._apply_gates(function_globals)
-        if self._located_by_interpreter:
-            code = sys._getframe(1).f_code
-            if code is not self._code:  # the first call of this generated function
-                self._code = code
-                unwind_watch.watch(code, self)
-        progress = Progress()
-        progress.runtime, progress.calls, progress.live, progress.at = self, calls, self._live, [0, 0]
-        calls.append(progress)
-        if self.start_end_groups:
-            progress.started = {}
-        argument = self._calls_of[0][2]
-        if started is None:
-            function_globals[self.groups[0].push_name](attributes, argument)
-        else:
-            progress.started[started] = function_globals[self.groups[0].start_name](attributes, argument)
-        return progress
+        if len(calls) == 1:
+            call = calls[0]
+            if call.runtime is self and call.pushed is self.last_pushed and call.pops == self.last_pops and not call.started:
+                # The common path: this thread's one call in the domain was of this trace and
+                # is over, so it writes to its `Call` no more; the new call takes it over.
+                call.pushed, call.pops = None, 0
+                if self._gated:
+                    call.live = self._open_gates(call)
+                return call
+        while calls:  # the calls that are over
+            last = calls[-1]
+            if not last.runtime.over(last):
+                _recover(calls)
+                break
+            calls.pop()
+        call = self._call_type()
+        call.runtime = self
+        call.pushed, call.pops = None, 0
+        call.started = {} if self.start_end_groups else None
+        call.live = self._open_gates(call) if self._gated else self._all_on
+        calls.append(call)
+        return call
 
-    def _live_flags(self) -> tuple[bool, ...]:
-        """Per group: whether it is not gated off now."""
-        return tuple(g.gate is None or self._open[g.push_name] for g in self.groups)
-
-    def _apply_gates(self, function_globals: dict[str, Any]) -> None:
-        step = next(self._calls)
+    def _open_gates(self, call: Call) -> tuple[bool, ...]:
+        """Set `call`'s functions of each gated group to nvtx's or to no-ops; give the live flags."""
+        step = next(self._steps)
         rank = current_rank()
-        changed = False
-        for group, (push, pop, _), (start, end) in zip(self.groups, self._calls_of, self._start_end_of):
-            if group.gate is None:
-                continue
-            now = group.is_open(rank, step)
-            if now != self._open[group.push_name]:
-                self._open[group.push_name] = now
-                function_globals[group.push_name] = push if now else _SKIP_PUSH
-                function_globals[group.pop_name] = pop if now else _SKIP_POP
-                if group.start_name:
-                    function_globals[group.start_name] = start if now else _SKIP_START
-                    function_globals[group.end_name] = end if now else _SKIP_END
-                changed = True
-        if changed:
-            self._live = self._live_flags()
+        live = list(self._all_on)
+        for n in self._gated:
+            group = self.groups[n]
+            on = live[n] = group.is_open(rank, step)
+            push, pop, _ = self._push_pop[n]
+            setattr(call, group.push, push if on else _SKIP_PUSH)
+            setattr(call, group.pop, pop if on else _SKIP_POP)
+            if group.start:
+                start, end = self._start_end[n]
+                setattr(call, group.start, start if on else _SKIP_START)
+                setattr(call, group.end, end if on else _SKIP_END)
+        return tuple(live)
+
+    def over(self, call: Call) -> bool:
+        """Whether `call` has nothing left open: it passed the last pop line and ended its start/end ranges."""
+        return call.pushed is self.last_pushed and call.pops == self.last_pops and not call.started
+
+    def passed(self, call: Call) -> int:
+        """The last push or pop point `call` passed (0: none)."""
+        pushed = self._push_point.get(id(call.pushed), 0) if call.pushed is not None else 0
+        return pushed + call.pops
+
+    def close(self, call: Call) -> None:
+        """Pop and end what `call`, which raised, left open."""
+        live = call.live
+        for group in reversed(self.open_after[self.passed(call)]):
+            if live[group]:
+                self._push_pop[group][1]()
+        if call.started:  # a failed call must not leave a start/end range open forever
+            for number, started in call.started.items():
+                group = self.start_end_groups[number]
+                if live[group]:
+                    self._start_end[group][1](*started)
+            call.started.clear()
+        call.pushed, call.pops = self.last_pushed, self.last_pops
 
 
-def _recover(calls: list[Progress]) -> None:
-    """Pop what the calls in `calls` that raised left open, newest first, and forget them.
+def _recover(calls: list[Call]) -> None:
+    """Close what the calls in `calls` that raised left open, newest first, and forget
+    the calls that are over.
 
-    A call still executing (an outer call on this thread: `enter` ran inside
-    it, or another transform's `enter` earlier in the same call) is no failed
-    one; it and the calls before it stay.
+    A call still running (an outer call on this thread: `enter` ran inside
+    it) is not over; it and the calls before it stay.
     """
     while calls:
-        progress = calls[-1]
-        if _executing(progress):
-            return
+        call = calls[-1]
+        runtime = call.runtime
+        if not runtime.over(call):
+            if local_on_this_stack(runtime.call_name, call):
+                return
+            runtime.close(call)
         calls.pop()
-        runtime = progress.runtime
-        calls_of = runtime._calls_of
-        live = progress.live
-        low, high = progress.at
-        for group in runtime.open_after[high << 8 | low]:
-            if live[group]:
-                calls_of[group][1]()
-        if runtime.start_end_groups:  # a failed call must not leave a start/end range open forever
-            groups = runtime.start_end_groups
-            for number, started in progress.started.items():
-                if live[groups[number]]:
-                    runtime._start_end_of[groups[number]][1](*started)
-
-
-def _executing(progress: Progress) -> bool:
-    """Whether the call that owns `progress` is on this thread's stack.
-
-    Only the frames of generated functions that have the progress local are
-    looked into; this runs only when a call starts while another is in flight.
-    """
-    name = progress.runtime.progress_name
-    frame = sys._getframe(2)
-    while frame is not None:
-        if name in frame.f_code.co_varnames and frame.f_locals.get(name) is progress:
-            return True
-        frame = frame.f_back
-    return False
-
-
-_serials = itertools.count()
-
-
-def next_serial() -> int:
-    """A process-wide number that keeps each transformed trace's global names unique."""
-    return next(_serials)
