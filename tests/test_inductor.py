@@ -25,7 +25,8 @@ import torch
 from conftest import gpt_inputs, loss_of, make_gpt
 from nvtx_regions import NvtxRegionsWarning, SelectorError
 from nvtx_regions.eager import annotate
-from nvtx_regions.testing import capture, capture_subprocess, check_balanced, is_attached, start_end_ranges
+from nvtx_regions.capture import is_attached
+from nvtx_regions.testing import capture, capture_subprocess, check_balanced, start_end_ranges
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKERS = ROOT / "tests" / "workers"
@@ -396,7 +397,7 @@ def test_nsys_sees_the_inductor_ranges(tiny, tmp_path):
 
 
 def test_compare_lines_inductor_up_with_eager_module_by_module(tiny, tmp_path):
-    from nvtx_regions.testing import write_chrome_trace
+    from nvtx_regions.capture import write_chrome_trace
 
     _, annotated, eager = tiny
     paths = []

@@ -27,7 +27,8 @@ import pytest
 
 from nvtx_regions.core.profiling import ENV_BACKEND, ENV_SPEC
 from nvtx_regions.report.backends_table import compare_backends, read_run, render_backends
-from nvtx_regions.testing import capture_subprocess, load_chrome_trace, unavailable_reason
+from nvtx_regions.report.chrome_trace import load_chrome_trace
+from nvtx_regions.testing import capture_subprocess, unavailable_reason
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "profile.md"
@@ -417,12 +418,12 @@ def test_usage_error_messages(tmp_path, capsys):
 
 
 def test_auto_tool_is_capture_without_nsys(monkeypatch, tmp_path):
-    from nvtx_regions.commands.child import CommandError
+    from nvtx_regions.commands.status import UsageError
     from nvtx_regions.commands.profile import choose_tool
 
     monkeypatch.setenv("PATH", str(tmp_path))  # nothing there
     assert choose_tool("auto") == "capture" and choose_tool("capture") == "capture"
-    with pytest.raises(CommandError, match="--tool nsys: nsys is not on PATH"):
+    with pytest.raises(UsageError, match="--tool nsys: nsys is not on PATH"):
         choose_tool("nsys")
 
 

@@ -24,7 +24,8 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ..capture.chrome import RangeRecord, load_chrome_trace
+from ..capture.chrome import RangeRecord
+from .chrome_trace import load_chrome_trace
 from ..core.errors import CaptureFileError
 from ..core.profiling import step_number
 from .nsys_report import REPORT_SUFFIXES, read_report
