@@ -443,7 +443,7 @@ def test_every_command_is_a_module_with_arguments_and_run():
     from nvtx_regions.commands.main import COMMANDS, build_parser, command_parsers
 
     parsers = command_parsers()
-    assert list(parsers) == list(COMMANDS) == ["check", "grammar", "capture", "nsys", "explain", "report", "compare"]
+    assert list(parsers) == list(COMMANDS) == ["check", "grammar", "capture", "nsys", "explain", "profile", "report", "compare"]
     for name, parser in parsers.items():
         module = importlib.import_module(f"nvtx_regions.commands.{name}")
         assert callable(module.add_arguments) and callable(module.run) and module.HELP and module.DESCRIPTION

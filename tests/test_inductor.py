@@ -53,8 +53,11 @@ def inductor_cache(tmp_path_factory):
     patch = pytest.MonkeyPatch()
     patch.setenv("TORCHINDUCTOR_CACHE_DIR", str(directory))
     patch.setenv("TORCHINDUCTOR_COMPILE_THREADS", "1")
-    patch.setattr(config, "compile_threads", 1)
+    # Set and restored by hand: MonkeyPatch.undo deletes a config entry it did not find in
+    # the module's __dict__, which breaks every later compile in this process.
+    threads, config.compile_threads = config.compile_threads, 1
     yield directory
+    config.compile_threads = threads
     patch.undo()
 
 

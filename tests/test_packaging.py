@@ -65,5 +65,5 @@ def test_installed_command_line_has_every_command(wheel, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(target)}
     result = subprocess.run([sys.executable, "-m", "nvtx_regions", "--help"], cwd=tmp_path, env=env,
                             capture_output=True, text=True, check=True)  # fmt: skip
-    assert "{check,grammar,capture,nsys,explain,report,compare}" in result.stdout
+    assert "{check,grammar,capture,nsys,explain,profile,report,compare}" in result.stdout
     assert "exit status: 0 ok" in result.stdout

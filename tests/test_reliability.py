@@ -196,7 +196,7 @@ def test_cli_check_reads_standard_input():
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["<stdin>:1: a: op in <linear>", "<stdin>:2: all"]
     bad = _python("", args=("-m", "nvtx_regions", "check", "-"), stdin="op in <linear\n")
-    assert bad.returncode == 1 and bad.stderr.startswith("<stdin>:1:14: ")
+    assert bad.returncode == 2 and bad.stderr.startswith("<stdin>:1:14: ")
 
 
 def test_hints_for_the_printed_callable_name_and_for_a_decomposed_op():

@@ -94,6 +94,6 @@ def graph_break(where: tuple[str, int], api: str) -> None:
         where,
         f"torch.compile breaks the graph at the NVTX marker `{code}` ({api}): under ThunderFX it runs eagerly "
         f"between thunder's subgraphs, and a `with` block it opens runs, with the rest of the function, without "
-        f"thunder; nvtx_regions cannot see or re-emit it (see the README, 'Your own NVTX markers'). "
+        f"thunder; nvtx_regions cannot see or re-emit it (see docs/how-to/your-own-markers.md). "
         f"Use thunder.jit to keep the model in one thunder trace.",
     )

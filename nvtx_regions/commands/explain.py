@@ -30,6 +30,7 @@ import sys
 from pathlib import Path
 
 from .child import ended, private_tempdir, run_child
+from ..core.profiling import ENV_SPEC as COMPILE_SPEC
 from .explain_child import ENV_MAX_OPS, ENV_OUT, ENV_SPEC
 from .status import OK, PROBLEM_FOUND, UsageError, child_status
 
@@ -50,6 +51,8 @@ def child_env(spec: Path, out_dir: str, max_ops: int) -> dict[str, str]:
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(SITE_DIR), *([path] if path else [])]),
         ENV_SPEC: str(spec),
+        # A script that leaves the spec to `nvtx_regions.compile` gets this one too.
+        COMPILE_SPEC: str(spec),
         ENV_OUT: out_dir,
         ENV_MAX_OPS: str(max_ops),
     }

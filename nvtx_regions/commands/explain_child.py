@@ -30,7 +30,7 @@ import os
 import sys
 from typing import Any
 
-from ..internals.frames import caller_line
+from ..internals.frames import line_outside_package
 
 ENV_SPEC = "NVTX_REGIONS_EXPLAIN_SPEC"
 ENV_OUT = "NVTX_REGIONS_EXPLAIN_OUT"
@@ -79,7 +79,7 @@ def _patch(thunder: Any) -> None:
             transforms.append(NvtxProfileTransform(spec=spec))
         kwargs["transforms"] = transforms
         jitted = original(fn, *args, **kwargs)
-        filename, line = caller_line()
+        filename, line = line_outside_package()
         _jitted.append(
             {
                 "function": jitted,

@@ -26,7 +26,7 @@ need no change here. The command:
 Every flag name and value comes from the Nsight Systems User Guide, section
 "CLI Profile Command Switch Options" (docs.nvidia.com/nsight-systems/UserGuide),
 cited per flag below, and says which nsys versions it was run on
-(`CHECKED`): tests/test_nsys_real.py runs the commands for README's specs
+(`CHECKED`): tests/test_nsys_real.py runs the commands for the documented specs
 under the real nsys, tests/test_nsys.py checks the command lines for a table
 of specs.
 """

@@ -59,7 +59,9 @@ def placement(plan: Plan, view: KernelView, spec: CompiledSpec, domain: str | No
     after = {line: list(reversed(pops)) for line, pops in ends.items()}
     gated = {name: _gate_text(gate) for gate, name in groups.items() if gate is not None}
     if gated:
-        before.setdefault(0, []).insert(0, "nvtx_regions_ranges.enter(globals())  # which gated ranges are on in this call")
+        # Locals of this call: a gate is decided per call, and no thread sees another's choice.
+        names = ", ".join(name for group in gated for name in function_names(group))
+        before.setdefault(0, []).insert(0, f"{names} = nvtx_regions_ranges.enter()  # the gated ranges of this call")
     header = [
         "from nvtx_regions.inductor.runtime import GraphRanges",
         "nvtx_regions_ranges = GraphRanges(",
@@ -70,9 +72,8 @@ def placement(plan: Plan, view: KernelView, spec: CompiledSpec, domain: str | No
         *([f"    gates={gated!r},"] if gated else []),
         ")",
     ]
-    for group in groups.values():
-        names = ", ".join(function_names(group))
-        header.append(f"{names} = nvtx_regions_ranges.functions({group!r})")
+    if "" in groups.values():
+        header.append(f"{', '.join(function_names(''))} = nvtx_regions_ranges.functions()")
     attributes = [f"nvtx_regions_attr_{n}" for n in range(len(ranges))]
     header.append(f"{', '.join(attributes)}{',' if len(attributes) == 1 else ''} = nvtx_regions_ranges.attributes")
     return Placement(before, after, header)

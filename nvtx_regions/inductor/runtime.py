@@ -11,10 +11,11 @@ package; no-ops with no tool attached). A range that crosses another
 range: ``nvtx_regions_started_3 = nvtx_regions_start(...)``, ``nvtx_regions_end(...)``.
 
 Gated ranges (``rank in <...>``, ``steps a..b``) have their own functions,
-``nvtx_regions_push_g1`` and so on. The first line of a gated ``call``,
-``nvtx_regions_ranges.enter(globals())``, counts the call (steps are calls
-of this graph, from 0) and sets each gate's functions to NVTX's or to
-no-ops for this call.
+``nvtx_regions_push_g1`` and so on, locals of the call: its first line,
+``nvtx_regions_push_g1, ... = nvtx_regions_ranges.enter()``, counts the call
+(steps are calls of this graph, from 0) and gives each gate's functions for
+this call, NVTX's or no-ops. The wrapper's globals never change, so threads
+calling one graph at once each get their own gates.
 """
 
 from __future__ import annotations
@@ -54,23 +55,24 @@ class GraphRanges:
         self.domain = Domain(domain)
         self.attributes = tuple(self.domain.attributes(m, color=c, category=k) for m, c, k in ranges)
         handle = self.domain.handle
-        self._nvtx = (handle.push_range, handle.pop_range, handle.start_range, handle.end_range)
+        self.nvtx_functions = (handle.push_range, handle.pop_range, handle.start_range, handle.end_range)
         self.gates = {
             group: frozenset(Gate(None if r is None else frozenset(r), first, last) for r, first, last in text)
             for group, text in (gates or {}).items()
         }
         self._calls = itertools.count()
 
-    def functions(self, group: str = "") -> tuple[Any, Any, Any, Any]:
-        """(push, pop, start, end) of a gate group before the first call: NVTX's for "" (no gate), no-ops for a gate."""
-        return self._nvtx if not group else (_NO_PUSH, _NO_POP, _NO_START, _NO_END)
+    def functions(self) -> tuple[Any, Any, Any, Any]:
+        """(push, pop, start, end) of the ranges that no gate holds: the NVTX domain's own."""
+        return self.nvtx_functions
 
-    def enter(self, names: dict[str, Any]) -> None:
-        """Count a call of the graph and set each gate group's functions in `names` (the wrapper's globals)."""
+    def enter(self) -> tuple[Any, ...]:
+        """Count a call of the graph; per gate group (in `gates` order), the (push, pop, start, end)
+        of this call: NVTX's where a gate is open at this rank and step, else no-ops."""
         step = next(self._calls)
         rank = current_rank()
-        for group, gates in self.gates.items():
+        functions: list[Any] = []
+        for gates in self.gates.values():
             on = any(gate.is_open(rank, step) for gate in gates)
-            functions = self._nvtx if on else (_NO_PUSH, _NO_POP, _NO_START, _NO_END)
-            for name, function in zip(function_names(group), functions):
-                names[name] = function
+            functions += self.nvtx_functions if on else (_NO_PUSH, _NO_POP, _NO_START, _NO_END)
+        return tuple(functions)

@@ -7,18 +7,21 @@ import os
 import sys
 from typing import Any
 
-__all__ = ["backward_follows", "ignored_jit_keyword", "caller_line", "outside_package"]
+__all__ = ["backward_follows", "ignored_jit_keyword", "line_outside_package", "outside_package"]
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
-def caller_line(depth: int = 1) -> tuple[str, int]:
-    """(filename, line) of the frame `depth` levels above the caller (1: the caller's caller).
+def line_outside_package() -> tuple[str, int]:
+    """(filename, line) of the caller's nearest calling frame outside nvtx_regions: the user's line
+    (``nvtx_regions.compile`` calls ``thunder.jit`` for the user).
 
     CPython 3.11 and 3.12: ``sys._getframe``. Without it the explain child
-    could not say where the user called ``thunder.jit``.
+    could not say where the user asked for the compilation.
     """
-    frame = sys._getframe(depth + 1)
+    frame = sys._getframe(1)
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame = frame.f_back
     return frame.f_code.co_filename, frame.f_lineno
 
 

@@ -4,7 +4,7 @@
 into one compiled rule per kind (op rules, regions, `each` rules) with
 run-time `Gate`s, `markers` selects the occurrences of the user's own NVTX
 markers, `plan` lays the ranges of all rules over one trace (start/end ranges
-where thunder interleaved `each` ranges), and `unselected` tells which rules
+where the compiler interleaved `each` ranges), and `unselected` tells which rules
 selected nothing and why. Imports `core`,
 `language` and `attribution`.
 """

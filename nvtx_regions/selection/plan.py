@@ -165,7 +165,7 @@ def _start_end_where_calls_cross(regions: list[PlannedRange], spec: CompiledSpec
             region,
             style="StartEnd",
             why=f"crosses {crossed[n].label!r} (bound symbols {crossed[n].start}..{crossed[n].end}): "
-            "thunder interleaved their ops",
+            "the compiler (thunder, Inductor) interleaved their ops",
         )
         if n in crossed
         else region
