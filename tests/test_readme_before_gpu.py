@@ -19,7 +19,7 @@ from nvtx_regions.testing import unavailable_reason
 def test_the_tutorial_shows_each_command_once_in_order():
     text = TUTORIAL.read_text(encoding="utf-8")
     steps = re.findall(r"^## (\d)\. ", text, flags=re.M)
-    assert steps == ["1", "2", "3", "4", "5"]
+    assert steps == ["1", "2", "3", "4", "5", "6"]
     blocks = page_blocks(text)
     assert list(blocks) == ["explain", "capture", "nsys"]
     # each in its step: what a spec selects, the ranges a run emits, the command for the GPU machine

@@ -31,6 +31,7 @@ import hashlib
 import threading
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..core.errors import NvtxRegionsWarning, SelectorError
@@ -47,8 +48,11 @@ from .placement import placement
 
 __all__ = ["NvtxInductor", "PlacedGraph"]
 
-# Changes whenever the lines this package writes change, so older cached wrappers are not reused.
-_PLACEMENT_FORMAT = "1"
+# Changes whenever the code that writes the lines or runs them changes, so that a wrapper cached by
+# another version of nvtx_regions is never reused (a hand-kept format number was forgotten once).
+_PLACEMENT_FORMAT = hashlib.sha256(
+    b"".join(Path(__file__).with_name(name).read_bytes() for name in ("placement.py", "runtime.py"))
+).hexdigest()[:16]
 
 
 @dataclass(frozen=True)

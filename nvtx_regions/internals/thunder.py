@@ -20,7 +20,7 @@ from .recorder import AttributedFilename
 
 __all__ = [
     "recorded_chain", "recorded_classes", "recorded_markers", "recorded_marker_log",
-    "bind_with_globals", "cannot_raise", "parameter_names", "cotangent_names",
+    "bind_with_globals", "parameter_names", "cotangent_names",
 ]  # fmt: skip
 
 
@@ -85,19 +85,6 @@ def bind_with_globals(symbol: Any, args: tuple, call_globals: dict[str, Any]) ->
     from thunder.core.symbol import BoundSymbol
 
     return BoundSymbol(symbol, args=args, kwargs={}, output=None, _call_ctx=call_globals)
-
-
-def cannot_raise(bsym: Any) -> bool:
-    """Whether a final trace's bound symbol prints as a line that cannot raise: ``del`` of its names.
-
-    thunder 0.2.6: the ``del`` statements that free intermediates between ops are
-    bound symbols of ``prims.python_del`` (``PrimIDs.DEL``). The rewrite lets the
-    push and pop lines around them skip storing their points (see
-    `emission.rewrite`); without this, every range would store both.
-    """
-    from thunder.core.prims import PrimIDs
-
-    return bsym.sym.id == PrimIDs.DEL
 
 
 def parameter_names(proxies: Any, bsyms: Any) -> frozenset[str]:
