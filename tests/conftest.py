@@ -8,6 +8,7 @@ so in this test session NVTX domains are real and every range call is seen.
 from __future__ import annotations
 
 import functools
+import sys
 import warnings
 
 import pytest
@@ -18,6 +19,24 @@ pytest_plugins = ["nvtx_regions.testing.pytest_plugin"]
 def pytest_configure(config):
     warnings.filterwarnings("ignore", message="transformer_engine module not found")
     warnings.filterwarnings("ignore", message=".*is_autocast_cpu_enabled.*")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def dynamo_state_of_this_module_only():
+    """Dynamo's caches reset after each test module that used torch.compile (dynamo, ThunderFX).
+
+    Once dynamo has run, its patched ``nn.Module.__init__`` records every module made
+    afterwards in a weak-key dictionary (torch 2.11: ``GenerationTracker``). When thunder's
+    interpreter traces code that adds to it, it iterates that dictionary, and a weakref
+    callback of a module collected meanwhile changes its size under the iteration:
+    "dictionary changed size during iteration", seen once in a full run, in a later
+    file's thunder.jit. The larger the dictionary, the longer that window.
+    """
+    yield
+    if "torch._dynamo" in sys.modules:
+        import torch
+
+        torch.compiler.reset()
 
 
 def make_mlp():

@@ -73,7 +73,7 @@ def placement(plan: Plan, view: KernelView, spec: CompiledSpec, domain: str | No
         ")",
     ]
     if "" in groups.values():
-        header.append(f"{', '.join(function_names(''))} = nvtx_regions_ranges.functions()")
+        header.append(f"{', '.join(function_names(''))} = nvtx_regions_ranges.nvtx_functions")
     attributes = [f"nvtx_regions_attr_{n}" for n in range(len(ranges))]
     header.append(f"{', '.join(attributes)}{',' if len(attributes) == 1 else ''} = nvtx_regions_ranges.attributes")
     return Placement(before, after, header)

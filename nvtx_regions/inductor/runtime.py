@@ -55,16 +55,13 @@ class GraphRanges:
         self.domain = Domain(domain)
         self.attributes = tuple(self.domain.attributes(m, color=c, category=k) for m, c, k in ranges)
         handle = self.domain.handle
+        # (push, pop, start, end) of the ranges that no gate holds: the NVTX domain's own.
         self.nvtx_functions = (handle.push_range, handle.pop_range, handle.start_range, handle.end_range)
         self.gates = {
             group: frozenset(Gate(None if r is None else frozenset(r), first, last) for r, first, last in text)
             for group, text in (gates or {}).items()
         }
         self._calls = itertools.count()
-
-    def functions(self) -> tuple[Any, Any, Any, Any]:
-        """(push, pop, start, end) of the ranges that no gate holds: the NVTX domain's own."""
-        return self.nvtx_functions
 
     def enter(self) -> tuple[Any, ...]:
         """Count a call of the graph; per gate group (in `gates` order), the (push, pop, start, end)
