@@ -336,6 +336,91 @@ def test_gates_and_op_rules_on_kernels():
     assert categories["extern_kernels.addmm"] != categories["blocks.0"] == categories["blocks.1 (backward)"]
 
 
+def test_two_threads_one_gated_wrapper_each_call_gated_as_a_whole():
+    """Gates are decided per call of a wrapper, into its locals: a step gate that opens or closes
+    while the other thread's call is in flight (both wait for each other inside blocks.0's range)
+    leaves that call's ranges whole. A swap of the wrapper's globals at each call's start would
+    cut them short in the call in flight, or leave them open."""
+    import threading
+
+    from nvtx_regions.inductor import NvtxInductor
+
+    _needs_capture()
+    barrier, threaded = threading.Barrier(2, timeout=120), threading.Event()
+
+    @torch.library.custom_op("nvtx_regions_tests::rendezvous", mutates_args=())
+    def rendezvous(x: torch.Tensor) -> torch.Tensor:
+        if threaded.is_set():  # the compiling call meets no one
+            barrier.wait()
+        return x.clone()
+
+    @rendezvous.register_fake
+    def _(x):
+        return torch.empty_like(x)
+
+    class Block(torch.nn.Module):
+        def __init__(self, meet: bool) -> None:
+            super().__init__()
+            self.fc, self.meet = torch.nn.Linear(16, 16), meet
+
+        def forward(self, x):
+            x = torch.relu(self.fc(x))
+            return rendezvous(x) if self.meet else x
+
+    class Blocks(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks = torch.nn.ModuleList([Block(True), Block(False)])
+
+        def forward(self, x):
+            return self.blocks[1](self.blocks[0](x))
+
+    torch._dynamo.reset()
+    # The compiling call is step 0; the threads' calls meet in pairs, steps (1, 2), (3, 4), (5, 6), ...:
+    # the gate opens within the pair (1, 2) and closes within (5, 6).
+    compiled = torch.compile(Blocks(), backend=NvtxInductor("each module <blocks.*> and steps 2..5"))
+    x = blocks_input()
+    with torch.no_grad():
+        compiled(x)
+    threaded.set()
+    calls, tids, errors = 8, {}, []
+
+    def worker(name: str) -> None:
+        tids[name] = threading.get_native_id()
+        try:
+            with torch.no_grad():
+                for _ in range(calls):
+                    compiled(x)
+        except BaseException as error:  # reported below, with the thread's name
+            errors.append((name, error))
+            barrier.abort()
+
+    with capture() as events:
+        threads = [threading.Thread(target=worker, args=(name,)) for name in "ab"]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert not errors, errors
+    check_balanced(events)
+    ours = sorted((e for e in events if e.domain == "nvtx_regions"), key=lambda e: e.ts_ns)
+    step = ["blocks.0", "blocks.1"]
+    on_calls = 0
+    for name in "ab":
+        pushed = [e.message for e in ours if e.tid == tids[name] and e.kind == "push"]
+        # Each call emits both ranges or none.
+        assert len(pushed) % 2 == 0 and pushed == step * (len(pushed) // 2), (name, pushed)
+        on_calls += len(pushed) // 2
+    assert on_calls == 4  # steps 2, 3, 4 and 5
+    # The calls overlapped: one thread pushed while the other had a range open.
+    depth, overlaps = dict.fromkeys(tids.values(), 0), 0
+    for e in ours:
+        if e.kind in ("push", "pop"):
+            overlaps += e.kind == "push" and any(depth[t] for t in depth if t != e.tid)
+            depth[e.tid] += 1 if e.kind == "push" else -1
+    assert overlaps > 0, "the threads' calls never overlapped; the test proves nothing"
+
+
 @pytest.mark.parametrize(
     "text, why",
     [
