@@ -8,12 +8,47 @@ so in this test session NVTX domains are real and every range call is seen.
 from __future__ import annotations
 
 import functools
+import os
+import shutil
 import sys
+import tempfile
 import warnings
+from pathlib import Path
 
 import pytest
 
 pytest_plugins = ["nvtx_regions.testing.pytest_plugin"]
+
+
+def _one_nsys_session_at_a_time() -> None:
+    """Every nsys this test run starts (tests, our commands, their children) goes through a
+    wrapper first on PATH that holds one lock, shared by the test workers, for the whole command.
+
+    Nsight Systems 2022.4.2 sessions started at once by the two workers can fail at start
+    ("sem_open: No such file or directory" in its ProcessWaiter; once in a CI run). A command
+    that nsys itself runs calls the real nsys directly, so nothing waits for its own lock.
+    """
+    real = shutil.which("nsys")
+    folder = Path(tempfile.gettempdir()) / f"nvtx_regions_tests_nsys_{os.getuid()}"
+    if real is None or Path(real).parent == folder:
+        return
+    folder.mkdir(exist_ok=True)
+    script = (
+        "#!/bin/sh\n"
+        f'if [ -n "$NVTX_REGIONS_TESTS_NSYS_LOCKED" ]; then exec "{real}" "$@"; fi\n'
+        "export NVTX_REGIONS_TESTS_NSYS_LOCKED=1\n"
+        f'exec flock "{folder / "lock"}" "{real}" "$@"\n'
+    )
+    wrapper = folder / "nsys"
+    if not wrapper.is_file() or wrapper.read_text() != script:
+        staged = folder / f"nsys.{os.getpid()}"
+        staged.write_text(script)
+        staged.chmod(0o755)
+        os.replace(staged, wrapper)  # the other worker may be writing the same text
+    os.environ["PATH"] = f"{folder}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+_one_nsys_session_at_a_time()
 
 
 def pytest_configure(config):
