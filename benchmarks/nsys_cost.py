@@ -7,9 +7,11 @@ runs its child under ``nsys profile --trace=nvtx`` instead, the tool users
 attach, and times in it, interleaved as `run.py` does (`stats.interleaved`,
 CPU time of the thread, paired differences against no transform), a nanoGPT
 step (`workload.py`) with no transform, thunder's transform and ours (spec
-`all`). Afterwards it exports the report to SQLite and counts the ranges nsys
-recorded per domain, which must be what the steps pushed: else the figures
-would time ranges nsys dropped. Prints ns per range and ours / thunder's.
+`all`), then nsys's own cost per range in a bare loop of push/pop pairs, for
+scale. Afterwards it reads the report (`nvtx-regions report`'s reader) and
+counts the ranges nsys recorded per domain, which must be what the child
+pushed: else the figures would time ranges nsys dropped. Prints ns per range
+and ours / thunder's.
 
 Under nsys a range of ours carries a registered string (nsys records its id),
 thunder's a message string that nsys copies on every push.
@@ -27,10 +29,6 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-# As `nvtx-regions nsys` runs it (`commands/nsys.py`: nsys 2022.4.2 could hang with them on).
-NSYS_FLAGS = ["--trace=nvtx", "--sample=none", "--cpuctxsw=none", "--force-overwrite=true"]
-
 
 FLOOR_ROUNDS = 15
 
@@ -102,12 +100,14 @@ def main() -> None:
     if args.child:
         child(args)
         return
+    from nvtx_regions.commands.nsys import SAMPLING_OFF  # as `nvtx-regions nsys` runs nsys: 2022.4.2 could hang without
+
     nsys = shutil.which("nsys")
     if nsys is None:
         sys.exit("nsys_cost.py: Nsight Systems (nsys) is not installed; .ci/install-nsys installs it")
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "cost"
-        command = [nsys, "profile", *NSYS_FLAGS, "-o", str(report), sys.executable, __file__, "--child",
+        command = [nsys, "profile", "--trace=nvtx", *(f.text for f in SAMPLING_OFF), "-o", str(report), sys.executable, __file__, "--child",
                    "--layers", str(args.layers), "--rounds", str(args.rounds), "--depth", str(args.depth), "--pairs", str(args.pairs)]  # fmt: skip
         done = subprocess.run(command, capture_output=True, text=True)
         lines = [line for line in done.stdout.splitlines() if line.startswith("{")]

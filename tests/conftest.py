@@ -51,6 +51,17 @@ def _one_nsys_session_at_a_time() -> None:
 _one_nsys_session_at_a_time()
 
 
+def require_nsys() -> str:
+    """The nsys on PATH; without one the calling test skips, except under ``CI=true``, where it fails."""
+    nsys = shutil.which("nsys")
+    if nsys is None:
+        message = "Nsight Systems (nsys) is not installed; .ci/install-nsys installs it (root, Debian bookworm)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message + ". Under CI=true the nsys tests run; they do not skip")
+        pytest.skip(message)
+    return nsys
+
+
 def pytest_configure(config):
     warnings.filterwarnings("ignore", message="transformer_engine module not found")
     warnings.filterwarnings("ignore", message=".*is_autocast_cpu_enabled.*")

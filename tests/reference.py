@@ -6,6 +6,7 @@ per bound symbol, with linear scans, no bitsets and no indexes.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import json
 from dataclasses import dataclass, field
 
@@ -68,8 +69,6 @@ class Reference:
         args = [*trace.args, *trace.kwargs.values()]
         self.args = {a.name for a in args if isinstance(a, Proxy) and not isinstance(a, CollectionProxy)}
         self.forward = forward
-        self._chains: list | None = None
-        self._origins: list | None = None
 
     @staticmethod
     def reads(op):
@@ -177,23 +176,21 @@ class Reference:
         return {}
 
     def chains(self) -> list:
-        if self._chains is None:
-            self._chains = self._compute_chains()
         return self._chains
 
-    def _compute_chains(self) -> list:
+    @functools.cached_property  # the trace does not change
+    def _chains(self) -> list:
         if self.phase == "forward":
             return [_recorded(op) for op in self.ops]
         fw = self.forward.chains() if self.forward is not None else []
         return [_common(fw[j] for j in sorted(o)) if o else None for o in self.origins()]
 
     def origins(self) -> list:
-        """Per backward op, the set of forward op positions it is traced to (computed once: the trace does not change)."""
-        if self._origins is None:
-            self._origins = self._compute_origins()
+        """Per backward op, the set of forward op positions it is traced to."""
         return self._origins
 
-    def _compute_origins(self) -> list:
+    @functools.cached_property  # the trace does not change; asked per op, it was quadratic
+    def _origins(self) -> list:
         fw = self.forward
         if self.phase != "backward" or fw is None:
             return [set() for _ in self.ops]

@@ -189,14 +189,9 @@ def test_footprint_smoke():
 def test_nsys_cost_smoke():
     """`benchmarks/nsys_cost.py` runs its child under the real nsys, which recorded every range the
     steps and the floor loop pushed (the script checks it), and reports finite figures (no timing checked)."""
-    import os
-    import shutil
+    from conftest import require_nsys
 
-    if shutil.which("nsys") is None:
-        message = "Nsight Systems (nsys) is not installed; .ci/install-nsys installs it"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message + ". Under CI=true the nsys tests run; they do not skip")
-        pytest.skip(message)
+    require_nsys()
     argv = [sys.executable, str(REPO / "benchmarks" / "nsys_cost.py"), "--layers", "0", "--rounds", "2", "--pairs", "100"]
     proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]

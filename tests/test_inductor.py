@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import gpt_inputs, loss_of, make_gpt
+from conftest import gpt_inputs, loss_of, make_gpt, require_nsys
 from nvtx_regions import NvtxRegionsWarning, SelectorError
 from nvtx_regions.eager import annotate
 from nvtx_regions.capture import is_attached
@@ -34,7 +34,7 @@ if str(WORKERS) not in sys.path:
     sys.path.insert(0, str(WORKERS))
 
 from inductor_steps import blocks_input, make_blocks  # noqa: E402
-from regions_kit import open_llama, open_llama_inputs  # noqa: E402
+from regions_kit import open_llama, open_llama_inputs, overlapping_pushes  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:Full backward hook is firing:UserWarning")
 
@@ -403,22 +403,17 @@ def test_two_threads_one_gated_wrapper_each_call_gated_as_a_whole():
             thread.join()
     assert not errors, errors
     check_balanced(events)
-    ours = sorted((e for e in events if e.domain == "nvtx_regions"), key=lambda e: e.ts_ns)
+    ours = [e for e in events if e.domain == "nvtx_regions"]
     step = ["blocks.0", "blocks.1"]
     on_calls = 0
     for name in "ab":
-        pushed = [e.message for e in ours if e.tid == tids[name] and e.kind == "push"]
+        pushed = [e.message for e in sorted(ours, key=lambda e: e.ts_ns) if e.tid == tids[name] and e.kind == "push"]
         # Each call emits both ranges or none.
-        assert len(pushed) % 2 == 0 and pushed == step * (len(pushed) // 2), (name, pushed)
+        assert pushed == step * (len(pushed) // 2), (name, pushed)
         on_calls += len(pushed) // 2
     assert on_calls == 4  # steps 2, 3, 4 and 5
     # The calls overlapped: one thread pushed while the other had a range open.
-    depth, overlaps = dict.fromkeys(tids.values(), 0), 0
-    for e in ours:
-        if e.kind in ("push", "pop"):
-            overlaps += e.kind == "push" and any(depth[t] for t in depth if t != e.tid)
-            depth[e.tid] += 1 if e.kind == "push" else -1
-    assert overlaps > 0, "the threads' calls never overlapped; the test proves nothing"
+    assert overlapping_pushes(ours, tids.values()) > 0, "the threads' calls never overlapped; the test proves nothing"
 
 
 @pytest.mark.parametrize(
@@ -469,16 +464,15 @@ def test_reduce_overhead_gets_one_warning_and_no_range():
 
 
 def test_nsys_sees_the_inductor_ranges(tiny, tmp_path):
-    from test_nsys_real import NSYS, export, nsys_ranges, run
+    from test_nsys_real import export, nsys_ranges, run
 
-    if NSYS is None:
-        pytest.skip("Nsight Systems (nsys) is not installed")
+    nsys = require_nsys()
     directory, _, _ = tiny
     report = tmp_path / "inductor"
     os.environ["TORCHINDUCTOR_CACHE_DIR"], before = str(directory), os.environ["TORCHINDUCTOR_CACHE_DIR"]
     try:
         done = run(
-            [NSYS, "profile", "--trace=nvtx", "--sample=none", "--cpuctxsw=none", f"--output={report}",
+            [nsys, "profile", "--trace=nvtx", "--sample=none", "--cpuctxsw=none", f"--output={report}",
              sys.executable, str(WORKERS / "inductor_steps.py"), TINY_SPEC, "2"]
         )  # fmt: skip
     finally:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import require_nsys
 from nvtx_regions import parse
 from nvtx_regions.capture.chrome import RangeRecord, iter_items, write_chrome_trace
 from nvtx_regions.capture.summary import summarize
@@ -37,7 +38,6 @@ from nvtx_regions.testing import capture_subprocess, unavailable_reason
 
 ROOT = Path(__file__).resolve().parents[1]
 NSYS = shutil.which("nsys")
-INSTALL = ".ci/install-nsys"
 TIMEOUT = 400  # s per nsys run; the runs here take 10-60 s on 2 busy cores
 PYTHON = sys.executable
 # The generated commands name `python`: this interpreter's. torchrun is named by
@@ -57,11 +57,7 @@ ENV = {**os.environ, "PATH": f"{Path(PYTHON).parent}{os.pathsep}{os.environ.get(
 
 @pytest.fixture(autouse=True, scope="module")
 def _nsys_installed():
-    if NSYS is None:
-        message = f"Nsight Systems (nsys) is not installed; {INSTALL} installs it (root, Debian bookworm)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message + ". Under CI=true the nsys tests run; they do not skip")
-        pytest.skip(message)
+    require_nsys()
 
 
 # ------------------------------------------------------------------ running nsys and reading its export

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import require_nsys
 from nvtx_regions.core.profiling import ENV_BACKEND, ENV_SPEC
 from nvtx_regions.report.backends_table import compare_backends, read_run, render_backends
 from nvtx_regions.report.chrome_trace import load_chrome_trace
@@ -33,7 +34,6 @@ from nvtx_regions.testing import capture_subprocess, unavailable_reason
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "profile.md"
 PYTHON = sys.executable
-NSYS = shutil.which("nsys")
 TORCHRUN = str(Path(PYTHON).parent / "torchrun")
 INDUCTOR = importlib.util.find_spec("nvtx_regions.inductor") is not None
 BLOCKS = ("transformer.h.0", "transformer.h.1")
@@ -135,11 +135,7 @@ def independent_medians(path: Path, first_measured: int) -> tuple[dict[tuple[str
 @pytest.fixture(scope="module")
 def tutorial(tmp_path_factory):
     """docs/profile.md's command, run as written (paths aside), under nsys; inductor only when installed."""
-    if NSYS is None:
-        message = "Nsight Systems (nsys) is not installed; .ci/install-nsys installs it"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message + ". Under CI=true the nsys tests run; they do not skip")
-        pytest.skip(message)
+    require_nsys()
     tmp_path = tmp_path_factory.mktemp("profile_tutorial")
     command = doc_block("bash", "## 2. Run it once per backend").strip()
     backends = ["eager", "thunder", "inductor"] if INDUCTOR else ["eager", "thunder"]

@@ -288,14 +288,7 @@ def _threads(plans: dict[str, list[bool]], spec: str = UNGATED):
     enter = ops.index("nvtx_regions_enter")
     last_pop = max(i for i, op in enumerate(ops) if op == "nvtx_regions_pop")
     assert enter < ops.index("nvtx_regions_tests_rendezvous") < last_pop
-    workers = set(out["tids"].values())
-    depth = dict.fromkeys(workers, 0)
-    overlaps = 0
-    for e in sorted(process.events, key=lambda e: e.ts_ns):
-        if e.tid in workers and e.kind in ("push", "pop"):
-            overlaps += e.kind == "push" and any(depth[tid] for tid in workers - {e.tid})
-            depth[e.tid] += 1 if e.kind == "push" else -1
-    assert overlaps > 0, "the threads' calls never overlapped; the test proves nothing"
+    assert kit.overlapping_pushes(process.events, out["tids"].values()) > 0, "the threads' calls never overlapped; the test proves nothing"
     return out, forward, backward, tree
 
 

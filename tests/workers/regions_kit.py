@@ -205,6 +205,17 @@ def torchrun_workers() -> tuple[dict[int, dict[str, Any]], dict[int, Any]]:
     return outs, ranks
 
 
+def overlapping_pushes(events, tids) -> int:
+    """How many pushes of the threads `tids` happened while another of them had a range open:
+    0 means their calls never overlapped, and a test of concurrent calls proves nothing."""
+    depth, overlaps = dict.fromkeys(tids, 0), 0
+    for e in sorted(events, key=lambda e: e.ts_ns):
+        if e.tid in depth and e.kind in ("push", "pop"):
+            overlaps += e.kind == "push" and any(depth[tid] for tid in depth if tid != e.tid)
+            depth[e.tid] += 1 if e.kind == "push" else -1
+    return overlaps
+
+
 def run_captured(code: str, *, timeout: float = 120) -> tuple[dict[str, Any], Any]:
     """Run `code` in a child process (in this folder) under NVTX capture.
 
