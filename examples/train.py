@@ -1,14 +1,15 @@
 """A few training steps of a small GPT on the CPU, for the "Before the GPU run"
 commands of README.md and for ``nvtx-regions profile``.
 
-    python examples/train.py --steps 3 --spec examples/regions.nvtx   # thunder, with the spec's ranges
     python examples/train.py --steps 3 --backend eager                 # every module's ranges, eager
-    nvtx-regions profile examples/blocks.nvtx --backends eager,thunder,inductor -- python examples/train.py
+    python examples/train.py --steps 3 --backend inductor --spec examples/blocks.nvtx
+    nvtx-regions profile examples/blocks.nvtx --backends eager,inductor -- python examples/train.py
 
-One line, `nvtx_regions.compile`, chooses the backend and puts the ranges in;
-without ``--backend`` the backend is the one ``nvtx-regions profile`` asks
-for, else thunder. `nvtx_regions.steps` puts each training step in a range.
-Prints one line: the number of steps and the last loss.
+The model is the small GPT of `examples/gpt.py` (plain PyTorch). One line,
+`nvtx_regions.compile`, chooses the backend and puts the ranges in; without
+``--backend`` the backend is the one ``nvtx-regions profile`` asks for, else
+thunder where it is installed, else inductor. `nvtx_regions.steps` puts each
+training step in a range. Prints one line: the number of steps and the last loss.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import argparse
 import warnings
 
 import torch
-from thunder.tests.nanogpt_model import GPT, GPTConfig
+from gpt import small_gpt
 
 import nvtx_regions
 
@@ -26,13 +27,12 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--spec", help="a .nvtx file (default: the one nvtx-regions profile passes, else every module)")
-    parser.add_argument("--backend", choices=("eager", "thunder", "inductor"), help="default: as the command asks, else thunder")
+    parser.add_argument("--backend", choices=("eager", "thunder", "inductor"), help="default: as the command asks, else thunder where installed, else inductor")
     parser.add_argument("--layers", type=int, default=2)
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore", UserWarning)  # thunder's and torch's own chatter
 
-    torch.manual_seed(0)
-    model = GPT(GPTConfig(block_size=16, vocab_size=64, n_layer=args.layers, n_head=2, n_embd=32, dropout=0.0))
+    model = small_gpt(args.layers)
     compiled = nvtx_regions.compile(model, spec=args.spec, backend=args.backend)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     idx = torch.randint(0, 64, (2, 16))

@@ -1,20 +1,29 @@
-"""nvtx_regions: choose which parts of a thunder trace become NVTX ranges.
+"""nvtx_regions: choose which parts of a compiled PyTorch model become NVTX ranges.
 
-    import thunder
-    from nvtx_regions import NvtxProfileTransform
-    jm = thunder.jit(model, transforms=[NvtxProfileTransform(select="op in <linear, nvFusion*>")])
+    import nvtx_regions
+    compiled = nvtx_regions.compile(model, "each module <transformer.h.*>", backend="inductor")
 
-`parse`, `load` and `render` work without importing thunder or torch;
-`NvtxProfileTransform`, `TraceReport` and `explain` import thunder on first
-use. `compare(a, b)` puts two captures side by side per range name
-(`nvtx_regions.report.compare`, which also has `render_table` for its rows).
+`compile` gives the model compiled by torch.compile (Inductor) or thunder, or
+eager, with the spec's ranges; `steps` marks training steps. `parse`, `load`
+and `render` work without importing thunder or torch. lightning-thunder is
+optional: `NvtxProfileTransform`, `TraceReport` and `explain` of a thunder
+function import it on first use, and raise `MissingDependencyError` (saying
+how to install it) where it is not installed. `compare(a, b)` puts two
+captures side by side per range name.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .core.errors import CaptureFileError, NotRunYetError, NvtxRegionsWarning, SelectorError, SelectorSyntaxError
+from .core.errors import (
+    CaptureFileError,
+    MissingDependencyError,
+    NotRunYetError,
+    NvtxRegionsWarning,
+    SelectorError,
+    SelectorSyntaxError,
+)
 from .language.parse import load, parse
 from .language.tree import render
 from .selection.compile import RegionOrderError
@@ -40,6 +49,7 @@ __all__ = [
     "RegionOrderError",
     "NotRunYetError",
     "CaptureFileError",
+    "MissingDependencyError",
     "NvtxRegionsWarning",
 ]
 

@@ -9,7 +9,8 @@
 `compile` gives, for the same spec and with the same range names:
 
 - ``"eager"``: the model itself, with `nvtx_regions.eager.annotate` hooks;
-- ``"thunder"``: ``thunder.jit(model, transforms=[NvtxProfileTransform(...)])``;
+- ``"thunder"``: ``thunder.jit(model, transforms=[NvtxProfileTransform(...)])``
+  (lightning-thunder is an optional dependency: ``pip install 'nvtx_regions[thunder]'``);
 - ``"inductor"``: ``torch.compile(model, backend=NvtxInductor(...))``.
 
 The backend may be left to ``nvtx-regions profile``, which runs the script
@@ -30,17 +31,24 @@ from typing import Any, TypeVar
 from .core.naming import DEFAULT_DOMAIN
 from .core.profiling import BACKENDS, ENV_BACKEND, ENV_SPEC, STEP_CATEGORY, step_message
 
-__all__ = ["compile", "steps", "BACKENDS", "ENV_BACKEND", "ENV_SPEC", "DEFAULT_BACKEND", "DEFAULT_SELECT"]
+__all__ = ["compile", "steps", "default_backend", "BACKENDS", "ENV_BACKEND", "ENV_SPEC", "DEFAULT_SELECT"]
 
-DEFAULT_BACKEND = "thunder"
 # Every submodule, forward and backward: ranges that every backend emits alike.
 DEFAULT_SELECT = "each module <**>"
 
 T = TypeVar("T")
 
 
+def default_backend() -> str:
+    """The backend when neither ``backend=`` nor ``$NVTX_REGIONS_BACKEND`` names one: ``"thunder"``
+    where lightning-thunder is installed, else ``"inductor"`` (``torch.compile``)."""
+    from .internals.versions import thunder_installed
+
+    return "thunder" if thunder_installed() else "inductor"
+
+
 def _backend(backend: str | None) -> str:
-    chosen = backend if backend is not None else os.environ.get(ENV_BACKEND) or DEFAULT_BACKEND
+    chosen = backend if backend is not None else os.environ.get(ENV_BACKEND) or default_backend()
     if chosen not in BACKENDS:
         where = "backend=" if backend is not None else f"${ENV_BACKEND}="
         raise ValueError(f"nvtx_regions.compile(): {where}{chosen!r} is not a backend; choose one of {', '.join(BACKENDS)}")
@@ -69,7 +77,8 @@ def compile(
     `select` nor `spec`, the spec is the file in ``$NVTX_REGIONS_SPEC`` when
     set (``nvtx-regions profile`` sets it), else ``each module <**>``.
     backend: ``"eager"``, ``"thunder"`` or ``"inductor"``; None takes
-    ``$NVTX_REGIONS_BACKEND``, else ``"thunder"``. A backend given here that
+    ``$NVTX_REGIONS_BACKEND``, else `default_backend()`: ``"thunder"`` where
+    lightning-thunder is installed, else ``"inductor"``. A backend given here that
     differs from ``$NVTX_REGIONS_BACKEND`` is a `ValueError`: the command's
     run would otherwise measure another backend than it names.
     thunder: keyword arguments of ``thunder.jit`` (its ``transforms`` run
@@ -91,8 +100,9 @@ def compile(
         annotate(model, select, spec=spec, domain=domain, strict=strict)
         return model
     if chosen == "thunder":
-        import thunder as thunder_module
+        from .internals.versions import require_thunder
 
+        thunder_module = require_thunder("nvtx_regions.compile(backend='thunder')")
         from .emission.transform import NvtxProfileTransform
 
         arguments = dict(thunder or {})

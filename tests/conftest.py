@@ -8,7 +8,9 @@ so in this test session NVTX domains are real and every range call is seen.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -62,9 +64,56 @@ def require_nsys() -> str:
     return nsys
 
 
+# lightning-thunder is an optional dependency. Test files that need it all through say so with
+# `pytestmark = pytest.mark.thunder` on one line (they import it at the top); other tests that need
+# it are marked one by one. Without thunder, run `pytest -m "not thunder"`: the marked files are
+# not collected, the marked tests are deselected, and the summary says how many of each.
+THUNDER_INSTALLED = importlib.util.find_spec("thunder") is not None
+_THUNDER_FILE = re.compile(r"^pytestmark = .*\bpytest\.mark\.thunder\b", re.M)
+TESTS = Path(__file__).resolve().parent
+
+
+def needs_thunder(path: Path) -> bool:
+    """Whether a test file needs thunder throughout (`pytestmark = pytest.mark.thunder`)."""
+    return path.name.startswith("test_") and bool(_THUNDER_FILE.search(path.read_text(encoding="utf-8")))
+
+
 def pytest_configure(config):
     warnings.filterwarnings("ignore", message="transformer_engine module not found")
     warnings.filterwarnings("ignore", message=".*is_autocast_cpu_enabled.*")
+    if not THUNDER_INSTALLED and "not thunder" not in (config.option.markexpr or ""):
+        raise pytest.UsageError(
+            "lightning-thunder is not installed, and the tests marked `thunder` need it: run "
+            "pytest -m \"not thunder\" (or pip install -e '.[test]' for every test)"
+        )
+
+
+def pytest_ignore_collect(collection_path, config):
+    if not THUNDER_INSTALLED and collection_path.suffix == ".py" and needs_thunder(collection_path):
+        return True
+    return None
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if not THUNDER_INSTALLED:
+        files = sorted(p.name for p in TESTS.glob("test_*.py") if needs_thunder(p))
+        terminalreporter.write_line(
+            f"lightning-thunder is not installed: {len(files)} test files that need it were not collected "
+            f"({', '.join(files)}); the tests marked `thunder` in other files were deselected"
+        )
+
+
+def require_transformers():
+    """transformers, for the Hugging Face models; without it the calling test skips, except under
+    ``CI=true``, where it fails (the test extras install it)."""
+    try:
+        import transformers
+    except ImportError:
+        message = "transformers is not installed (pip install -e '.[test-core]' installs it)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message + ". Under CI=true the Hugging Face tests run; they do not skip")
+        pytest.skip(message)
+    return transformers
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -101,7 +150,19 @@ def mlp_inputs():
     return (torch.randn(5, 8),)
 
 
+def plain_gpt(n_layer: int = 2):
+    """`examples/gpt.py`'s small GPT: thunder's nanoGPT's modules, parameters and initial values,
+    in plain PyTorch, for the tests that need no thunder."""
+    if str(TESTS.parent / "examples") not in sys.path:
+        sys.path.insert(0, str(TESTS.parent / "examples"))
+    from gpt import small_gpt
+
+    return small_gpt(n_layer)
+
+
 def make_gpt(n_layer: int = 2):
+    """thunder's nanoGPT (``thunder.tests.nanogpt_model``), for the thunder tests: their traces
+    and source lines are that file's."""
     import torch
     from thunder.tests.nanogpt_model import GPT, GPTConfig
 

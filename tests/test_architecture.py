@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import THUNDER_INSTALLED
+
 PACKAGE = Path(__file__).resolve().parents[1] / "nvtx_regions"
 
 # What each sub-package may import from the others. `core` is the leaf;
@@ -176,11 +178,36 @@ def test_the_import_reader_sees_lazy_imports_and_skips_type_checking(tmp_path):
     assert imports_of("nvtx_regions.core.x", source, known) == {"nvtx_regions.selection.plan"}
 
 
+# The only modules that import thunder when they are loaded: the thunder backend's transform and
+# its trace rewrite. Everything else imports without thunder, an optional dependency.
+THUNDER_MODULES = {"nvtx_regions.emission.transform", "nvtx_regions.emission.rewrite"}
+
+
+def imports_thunder_when_loaded(path: Path) -> bool:
+    """Whether a module's top level (not its functions) imports thunder or calls `require_thunder`."""
+    for node in ast.parse(path.read_text(), filename=str(path)).body:
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "thunder" for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "thunder":
+            return True
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and getattr(node.value.func, "id", None) == "require_thunder":
+            return True
+    return False
+
+
+def loadable_here(name: str) -> bool:
+    return THUNDER_INSTALLED or name not in THUNDER_MODULES
+
+
+def test_only_the_thunder_backend_imports_thunder_when_loaded():
+    assert {name for name, path in modules().items() if imports_thunder_when_loaded(path)} == THUNDER_MODULES
+
+
 @pytest.mark.parametrize("package", sorted(ALLOWED))
 def test_each_sub_package_imports_on_its_own(package):
     # A fresh interpreter per sub-package: an import cycle shows up as an ImportError
     # only when the cycle is entered from the right module.
-    names = sorted(name for name in modules() if layer(name) == package)
+    names = sorted(name for name in modules() if layer(name) == package and loadable_here(name))
     code = "import importlib, sys\nfor name in sys.argv[1:]:\n    importlib.import_module(name)\n"
     result = subprocess.run([sys.executable, "-c", code, *names], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -202,7 +229,7 @@ def _all_visitors() -> list[type]:
     from nvtx_regions.language.tree import Visitor
 
     for name in modules():
-        if layer(name) not in (None, "commands", "testing"):
+        if layer(name) not in (None, "commands", "testing") and loadable_here(name):
             importlib.import_module(name)
     found, todo = [], [Visitor]
     while todo:

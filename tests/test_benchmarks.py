@@ -13,14 +13,14 @@ import sys
 from pathlib import Path
 
 import pytest
+import thunder
+import torch
+from thunder.common import transform_to_torch_types
+from thunder.tests.nanogpt_model import GPT, GPTConfig
 
-thunder = pytest.importorskip("thunder")
-torch = pytest.importorskip("torch")
+from nvtx_regions import NvtxProfileTransform
 
-from thunder.common import transform_to_torch_types  # noqa: E402
-from thunder.tests.nanogpt_model import GPT, GPTConfig  # noqa: E402
-
-from nvtx_regions import NvtxProfileTransform  # noqa: E402
+pytestmark = pytest.mark.thunder  # the whole file needs lightning-thunder
 
 REPO = Path(__file__).resolve().parents[1]
 OURS = "nvtx_regions_"

@@ -13,6 +13,8 @@ import torch
 from conftest import make_mlp, mlp_inputs
 from nvtx_regions import NvtxProfileTransform, NvtxRegionsWarning, SelectorError, SelectorSyntaxError
 
+pytestmark = pytest.mark.thunder  # the whole file needs lightning-thunder
+
 
 def run(select=None, *, grad=True, **kwargs):
     transform = NvtxProfileTransform(select, **kwargs)

@@ -13,6 +13,8 @@ from conftest import compiled
 from nvtx_regions import NvtxProfileTransform, NvtxRegionsWarning, RegionOrderError, SelectorError
 from reference import one_line, read_annotated
 
+pytestmark = pytest.mark.thunder  # the whole file needs lightning-thunder
+
 CASES = json.loads((Path(__file__).parent / "corpus/mlp_selections.json").read_text(encoding="utf-8"))["cases"]
 
 

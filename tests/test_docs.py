@@ -37,6 +37,7 @@ from pathlib import Path
 import lark
 import pytest
 
+from conftest import THUNDER_INSTALLED
 from nvtx_regions import parse, render
 from nvtx_regions.language import tree as T
 from nvtx_regions.language.grammar import grammar_text, syntax
@@ -50,6 +51,9 @@ CLI = DOCS / "reference" / "cli.md"
 # Pages whose examples the tests of their own features run (tests/test_profile*.py, the Inductor tests).
 OTHERS_RUN = {DOCS / "profile.md", DOCS / "inductor.md"}
 MARKED = re.compile(r"<!-- test: (?P<marker>[^>]*?) -->\n```(?P<lang>\w*)\n(?P<body>.*?)```", re.S)
+# Code that needs lightning-thunder (an optional dependency), and the example scripts that import it.
+NEEDS_THUNDER = re.compile(r"^\s*(import thunder|from thunder\b)|\bNvtxProfileTransform\b", re.M)
+THUNDER_EXAMPLES = {"quickstart.py", "print_ranges.py", "compare_eager_thunder.py"}
 
 
 def pages() -> list[Path]:
@@ -74,6 +78,15 @@ def blocks(marker: str, page: Path | None = None) -> list[tuple[Path, int, str]]
             if m["marker"] == marker:
                 found.append((p, text(p).count("\n", 0, m.start("body")) + 1, m["body"]))
     return found
+
+
+def needs_thunder(code: str) -> bool:
+    return bool(NEEDS_THUNDER.search(code))
+
+
+def thunder_if(needed: bool, value):
+    """`value` as a test parameter, marked `thunder` when it needs thunder."""
+    return pytest.param(value, marks=pytest.mark.thunder) if needed else value
 
 
 def run(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
@@ -123,12 +136,26 @@ def all_command_argvs() -> list[tuple[str, ...]]:
     return list(seen)
 
 
-@pytest.mark.parametrize("argv", all_command_argvs(), ids=lambda argv: " ".join(Path(a).name for a in argv[1:4]))
+def command_needs_thunder(argv: tuple[str, ...]) -> bool:
+    return any(Path(word).name in THUNDER_EXAMPLES for word in argv)
+
+
+def test_the_examples_that_need_thunder_are_known():
+    found = {path.name for path in (ROOT / "examples").glob("*.py") if needs_thunder(path.read_text(encoding="utf-8"))}
+    # print_ranges.py needs it through quickstart.py, which it runs.
+    assert found | {"print_ranges.py"} == THUNDER_EXAMPLES
+
+
+@pytest.mark.parametrize(
+    "argv", [thunder_if(command_needs_thunder(a), a) for a in all_command_argvs()],
+    ids=lambda argv: " ".join(Path(a).name for a in argv[1:4]),
+)
 def test_commands_run(argv):
     result = command_result(argv)
     assert result.returncode == 0, result.stderr[-3000:]
 
 
+@pytest.mark.thunder
 def test_quickstart_output_is_real():
     ((_, _, expected),) = blocks("quickstart output")
     (argv,) = [a for a in all_command_argvs() if a[-1].endswith("quickstart.py")]
@@ -136,6 +163,7 @@ def test_quickstart_output_is_real():
     assert out[out.index("===== ranges per rule") :].strip() == expected.strip()
 
 
+@pytest.mark.thunder
 def test_print_ranges_excerpt_is_the_real_output():
     ((_, _, block),) = blocks("print_ranges excerpt")
     shown = block.splitlines()
@@ -165,10 +193,12 @@ import contextlib, io, json, sys, traceback, warnings
 from nvtx_regions.testing import attach
 attach()  # before any NVTX call, so that pages can capture
 
-import thunder
-checks = {"thunder.dynamo after import thunder": "thunder.dynamo" in sys.modules or hasattr(thunder, "dynamo")}
-
 todo = json.load(open(sys.argv[1]))
+checks = {}
+if todo["thunder"]:
+    import thunder
+    checks["thunder.dynamo after import thunder"] = "thunder.dynamo" in sys.modules or hasattr(thunder, "dynamo")
+
 results, namespaces = {}, {}
 for page, page_blocks in todo["pages"].items():
     out, error, namespace = io.StringIO(), None, {"__name__": "__main__"}
@@ -210,9 +240,13 @@ def child_env() -> dict[str, str]:
 @pytest.fixture(scope="module")
 def torchrun_examples(tmp_path_factory) -> Iterator[list[tuple[subprocess.Popen, Path]]]:
     """Each `torchrun` block started on 2 CPU ranks, with each rank's stdout in a file of its own
-    (on one stream they interleave); started before `session` so that the two overlap."""
+    (on one stream they interleave); started before `session` so that the two overlap. Without
+    thunder, the blocks that need it are not started (their tests are deselected)."""
     started = []
     for index, (_, _, body) in enumerate(blocks("torchrun")):
+        if needs_thunder(body) and not THUNDER_INSTALLED:
+            started.append((None, None))
+            continue
         tmp = tmp_path_factory.mktemp(f"torchrun{index}")
         (tmp / "example.py").write_text(body, encoding="utf-8")
         argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "--log-dir", str(tmp / "logs"), "--redirects", "1", str(tmp / "example.py")]
@@ -220,19 +254,21 @@ def torchrun_examples(tmp_path_factory) -> Iterator[list[tuple[subprocess.Popen,
             started.append((subprocess.Popen(argv, cwd=ROOT, env=child_env(), stdout=subprocess.DEVNULL, stderr=stderr), tmp))
     yield started
     for process, _ in started:
-        if process.poll() is None:
+        if process is not None and process.poll() is None:
             process.kill()
             process.wait()
 
 
 @pytest.fixture(scope="module")
 def session(tmp_path_factory, torchrun_examples) -> dict:
-    """Every page's `run` examples and every `specs` line, run in one child process."""
+    """Every page's `run` examples and every `specs` line, run in one child process; without thunder,
+    the pages whose examples need none (the others' tests are deselected)."""
     tmp = tmp_path_factory.mktemp("docs")
-    todo = {"pages": {}, "specs": spec_lines()}
+    todo = {"pages": {}, "specs": spec_lines() if THUNDER_INSTALLED else [], "thunder": THUNDER_INSTALLED}
     # api.md first: the printed trace it shows names its ranges by how many transforms the process made.
     for page, line, body in sorted(blocks("run"), key=lambda b: b[0] != API):
-        todo["pages"].setdefault(name(page), []).append((line, body))
+        if THUNDER_INSTALLED or not page_needs_thunder(name(page)):
+            todo["pages"].setdefault(name(page), []).append((line, body))
     (tmp / "todo.json").write_text(json.dumps(todo), encoding="utf-8")
     result = run([sys.executable, "-c", RUNNER, str(tmp / "todo.json"), str(tmp / "done.json")], env=child_env())
     assert result.returncode == 0, result.stderr[-5000:]
@@ -243,13 +279,18 @@ def pages_with_examples() -> list[str]:
     return sorted({name(page) for page, _, _ in blocks("run")})
 
 
-@pytest.mark.parametrize("page", pages_with_examples())
+def page_needs_thunder(page: str) -> bool:
+    return any(needs_thunder(body) for p, _, body in blocks("run") if name(p) == page)
+
+
+@pytest.mark.parametrize("page", [thunder_if(page_needs_thunder(p), p) for p in pages_with_examples()])
 def test_page_examples_run(session, page):
     result = session["pages"][page]
     assert result["error"] is None, result["error"]
     assert result["warnings"] == [], "an example gives a warning it does not expect"
 
 
+@pytest.mark.thunder
 def test_specs_select_something_on_the_quickstart_model(session):
     assert len(spec_lines()) >= 5
     failed = {spec: r for spec, r in session["specs"].items() if r["error"] or r["unselected"]}
@@ -260,6 +301,7 @@ def test_readme_shows_five_specs():
     assert len([line for _, _, body in blocks("specs", README) for line in body.splitlines() if line.strip()]) == 5
 
 
+@pytest.mark.thunder
 def test_thunderfx_page_imports_thunder_dynamo(session):
     # The page says a plain `import thunder` does not import thunder.dynamo: true of thunder 0.2.6.
     assert session["checks"]["thunder.dynamo after import thunder"] is False
@@ -268,7 +310,7 @@ def test_thunderfx_page_imports_thunder_dynamo(session):
     assert "thunder.dynamo" in imports
 
 
-@pytest.mark.parametrize("index", range(len(blocks("torchrun"))))
+@pytest.mark.parametrize("index", [thunder_if(needs_thunder(body), i) for i, (_, _, body) in enumerate(blocks("torchrun"))])
 def test_torchrun_examples_run(torchrun_examples, session, index):
     page, line, _ = blocks("torchrun")[index]
     process, tmp = torchrun_examples[index]
@@ -291,6 +333,7 @@ def trace_excerpt(stdout: str) -> str:
     return "\n".join(code[: first_pop + 2])
 
 
+@pytest.mark.thunder
 def test_trace_excerpt_is_the_real_trace(session):
     ((_, _, shown),) = blocks("trace excerpt", API)
     real = session["pages"][name(API)]["stdout"]

@@ -14,7 +14,7 @@ import warnings
 import pytest
 import torch
 
-from conftest import compiled, gpt_inputs, loss_of, make_gpt
+from conftest import compiled, gpt_inputs, loss_of, make_gpt, plain_gpt
 from nvtx_regions import NvtxRegionsWarning, SelectorError, SelectorSyntaxError
 from nvtx_regions.eager import annotate
 from nvtx_regions.testing import balance_problems, check_balanced, flatten, range_tree
@@ -60,6 +60,7 @@ BLOCKS = [
     ],
     ids=["each-module", "each-class-with-root"],
 )
+@pytest.mark.thunder
 def test_same_ranges_as_thunder(nvtx_capture, spec, expected):
     jitted = compiled("gpt", None, spec)[0]  # compiled and run once
     model = make_gpt()
@@ -79,7 +80,7 @@ def test_same_ranges_as_thunder(nvtx_capture, spec, expected):
 
 
 def test_module_scope_gates_and_passes(nvtx_capture):
-    model = make_gpt()
+    model = plain_gpt()
     spec = (
         "each class <Linear> and module <transformer.h.1.mlp> and forward\n"
         "late: each module <transformer.h.0> and steps 1..1\n"
@@ -134,7 +135,7 @@ class Fail(torch.autograd.Function):
 
 
 def test_balanced_after_a_raise_in_a_blocks_forward(nvtx_capture):
-    model = make_gpt()
+    model = plain_gpt()
     with annotate(model, "each module <transformer.h.*, transformer.h.*.attn>"):
 
         def boom(module, args):
@@ -155,7 +156,7 @@ def test_balanced_after_a_raise_in_a_blocks_forward(nvtx_capture):
 
 
 def test_balanced_after_a_raise_in_a_blocks_backward(nvtx_capture):
-    model = make_gpt()
+    model = plain_gpt()
     with annotate(model, "each module <transformer.h.*>") as handle:
         hook = model.transformer.h[0].mlp.register_forward_hook(lambda m, args, out: Fail.apply(out))
         with nvtx_capture() as failed:
@@ -183,7 +184,7 @@ def test_balanced_after_a_raise_in_a_blocks_backward(nvtx_capture):
 
 
 def test_remove_pops_what_a_failed_backward_left_open(nvtx_capture):
-    model = make_gpt()
+    model = plain_gpt()
     handle = annotate(model, "each module <transformer.h.*>")
     model.transformer.h[1].register_forward_hook(lambda m, args, out: Fail.apply(out))
     with nvtx_capture() as events:
@@ -213,7 +214,7 @@ def _hook_state(model) -> list:
 
 
 def test_remove_restores_the_hook_dicts(nvtx_capture):
-    model = make_gpt()
+    model = plain_gpt()
     # The user's own hooks stay, in their order.
     model.register_forward_pre_hook(lambda m, args: None)
     model.transformer.h[0].register_full_backward_hook(lambda m, gi, go: None)
@@ -232,7 +233,7 @@ def test_remove_restores_the_hook_dicts(nvtx_capture):
 
 
 def test_annotation_describes_its_ranges():
-    model = make_gpt(1)
+    model = plain_gpt(1)
     with annotate(model, "each module <transformer.h.0.mlp.c_*> and forward; each class <GPT> and backward") as h:
         assert h.messages == [
             ("backward", "GPT (backward)"),
@@ -324,7 +325,7 @@ ERRORS = [
 
 @pytest.mark.parametrize("text, message", ERRORS, ids=[t for t, _ in ERRORS])
 def test_rules_without_an_eager_meaning(text, message):
-    model = make_gpt(1)
+    model = plain_gpt(1)
     before = _hook_state(model)
     with pytest.raises(SelectorError) as error:
         annotate(model, text)
@@ -336,16 +337,16 @@ def test_errors_name_the_file_line(tmp_path):
     spec = tmp_path / "eager.nvtx"
     spec.write_text("each module <transformer.h.*>\n\nlinears: op in <linear>\n")
     with pytest.raises(SelectorError, match=r"^rule 'linears: op in <linear>' \(.*eager\.nvtx:3\): "):
-        annotate(make_gpt(1), spec=spec)
+        annotate(plain_gpt(1), spec=spec)
 
 
 def test_argument_errors():
     with pytest.raises(SelectorSyntaxError):
-        annotate(make_gpt(1), "each module <a")
+        annotate(plain_gpt(1), "each module <a")
     with pytest.raises(TypeError, match="annotate\\(\\) takes a torch.nn.Module, not function"):
-        annotate(make_gpt, "each module <a>")
+        annotate(plain_gpt, "each module <a>")
     with pytest.raises(TypeError, match="select= takes spec text"):
-        annotate(make_gpt(1), ["each module <a>"])
+        annotate(plain_gpt(1), ["each module <a>"])
     model = Shared()
     model.inner.register_backward_hook(lambda *a: None)
     before = _hook_state(model)
@@ -383,7 +384,7 @@ UNSELECTED = [
 
 @pytest.mark.parametrize("text, message", UNSELECTED, ids=[t for t, _ in UNSELECTED])
 def test_rule_that_matches_no_module_warns(text, message):
-    model = make_gpt(1)
+    model = plain_gpt(1)
     before = _hook_state(model)
     with pytest.warns(NvtxRegionsWarning) as record:
         annotate(model, text).remove()

@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 SPEC = REPO / "examples" / "regions.nvtx"
 
 UNAVAILABLE = unavailable_reason()
-pytestmark = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"NVTX capture tool unavailable: {UNAVAILABLE}")
+pytestmark = [pytest.mark.thunder, pytest.mark.skipif(UNAVAILABLE is not None, reason=f"NVTX capture tool unavailable: {UNAVAILABLE}")]
 
 
 run = kit.run_captured

@@ -12,6 +12,8 @@ from conftest import compiled, make_mlp
 from nvtx_regions import NotRunYetError, NvtxProfileTransform, NvtxRegionsWarning, SelectorError, TraceReport, explain
 from reference import Reference, one_line
 
+pytestmark = pytest.mark.thunder  # the whole file needs lightning-thunder
+
 SPEC = "ffn: between first(op in <linear>)..last(op in <linear>) and forward\nbackward of (op in <linear>)\nop in <lineer>"
 
 

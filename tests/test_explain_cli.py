@@ -30,6 +30,7 @@ def explain_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
+@pytest.mark.thunder
 def test_explain_on_the_quickstart_model_agrees_with_its_range_counts():
     result = explain_cli("examples/regions.nvtx", "--max-ops", "1", "--", sys.executable, "examples/quickstart.py")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -75,6 +76,7 @@ sys.exit(int(sys.argv[1]))
 
 
 @pytest.mark.skipif(bool(unavailable_reason()), reason=f"capture tool unavailable: {unavailable_reason()}")
+@pytest.mark.thunder
 def test_functions_jitted_without_a_transform_get_the_spec_and_emit_its_ranges(tmp_path):
     script = tmp_path / "jit_two.py"
     script.write_text(SCRIPT)
@@ -98,6 +100,7 @@ def test_functions_jitted_without_a_transform_get_the_spec_and_emit_its_ranges(t
     assert len(pushes) == 1 and "linear" in pushes[0]
 
 
+@pytest.mark.thunder
 def test_exit_status_and_nothing_to_explain(tmp_path):
     script = tmp_path / "fails.py"
     script.write_text(SCRIPT)

@@ -22,6 +22,8 @@ from nvtx_regions.attribution.module_calls import anchored_span, parameter_only
 from nvtx_regions.attribution.traceview import TraceView
 from nvtx_regions.testing import check_balanced, flatten, range_tree
 
+pytestmark = pytest.mark.thunder  # the whole file needs lightning-thunder
+
 _KIT_DIR = str(Path(__file__).resolve().parent / "workers")
 if _KIT_DIR not in sys.path:
     sys.path.insert(0, _KIT_DIR)

@@ -349,6 +349,7 @@ def test_explain_of_a_sigkilled_script_says_killed_by_sigkill(tmp_path):
     assert result.stderr.strip() == f"nvtx-regions explain: {sys.executable} was killed by SIGKILL"
 
 
+@pytest.mark.thunder
 def test_explain_of_a_script_that_ends_with_os_exit_says_so(tmp_path):
     child = tmp_path / "quits.py"
     child.write_text(

@@ -24,6 +24,8 @@ from nvtx_regions.attribution.recording import install_module_recorder, uninstal
 from nvtx_regions.attribution.traceview import TraceView
 from nvtx_regions.internals import patches, recorder, versions
 
+pytestmark = pytest.mark.thunder  # the whole file needs lightning-thunder
+
 
 class Net(torch.nn.Module):
     def __init__(self):
@@ -217,7 +219,7 @@ def test_untested_versions_warn_once_naming_found_and_tested(pristine, monkeypat
         versions.check_versions()
     messages = [w for w in caught if issubclass(w.category, NvtxRegionsWarning)]
     assert [str(w.message) for w in messages] == [
-        "nvtx_regions was tested with thunder 0.2.6, torch >=2.8,<2.12 (2.11 tested); found thunder 0.3.0, "
+        "nvtx_regions' thunder backend was tested with thunder 0.2.6, torch >=2.8,<2.12; found thunder 0.3.0, "
         "torch 2.12.1. Module attribution and the user's markers reach into thunder's and torch's internals, "
         "which may differ here: if `module`, `class` or `marker` rules select nothing or ranges look wrong, "
         "install the tested versions"

@@ -37,7 +37,7 @@ from nvtx_regions.attribution.traceview import TraceView
 from nvtx_regions.language.tree import KEYWORDS
 from reference import Reference, RefError
 
-pytestmark = pytest.mark.long
+pytestmark = [pytest.mark.thunder, pytest.mark.long]
 
 EXAMPLES = int(os.environ.get("NVTX_REGIONS_FUZZ_EXAMPLES", "10000"))
 REPO = Path(__file__).resolve().parent.parent

@@ -29,6 +29,8 @@ from nvtx_regions.attribution.recording import install_module_recorder
 from nvtx_regions.attribution.traceview import TraceView
 from nvtx_regions.core.markers import RECORD_FUNCTION, common_markers
 
+pytestmark = pytest.mark.thunder  # the whole file needs lightning-thunder
+
 install_module_recorder()
 
 RANGE_KINDS = {"push", "pop", "start", "end", "mark"}

@@ -30,6 +30,8 @@ from nvtx_regions.core.globs import path_matcher
 from nvtx_regions.testing import check_balanced, flatten, range_tree
 from nvtx_regions.attribution.traceview import TraceView
 
+pytestmark = pytest.mark.thunder  # the whole file needs lightning-thunder
+
 
 def make_llama(n_layer: int = 3):
     from thunder.tests.litgpt_model import GPT, Config

@@ -192,6 +192,7 @@ def quickstart(tmp_path_factory):
     return directory / "quickstart.nsys-rep", export(directory / "quickstart.nsys-rep"), records, timeline, int(said)
 
 
+@pytest.mark.thunder
 def test_quickstart_ranges_are_the_ones_our_capture_sees(quickstart):
     _, sqlite, records, _, said = quickstart
     seen = nsys_ranges(sqlite)
@@ -202,6 +203,7 @@ def test_quickstart_ranges_are_the_ones_our_capture_sees(quickstart):
     assert max(r.depth for r in seen) >= 1  # per-op ranges nest inside the block ranges
 
 
+@pytest.mark.thunder
 def test_report_gives_the_table_of_our_capture(quickstart):
     report, sqlite, records, _, _ = quickstart
     for path in (report, sqlite):
@@ -220,6 +222,7 @@ def test_report_gives_the_table_of_our_capture(quickstart):
     assert "transformer.h.0" in printed.stdout and "GPU-projected time: none" in printed.stdout
 
 
+@pytest.mark.thunder
 def test_compare_takes_nsys_reports(quickstart):
     report, sqlite, _, timeline, said = quickstart
     rows = compare(report, timeline)
@@ -243,7 +246,7 @@ def training(tmp_path_factory):
     """5 training steps of examples/train.py under the printed command (no capture range: the whole run)."""
     directory = tmp_path_factory.mktemp("nsys_training")
     spec = spec_file(directory, MODULES_AND_GATE)
-    command = nsys_command(parse(MODULES_AND_GATE), [PYTHON, "examples/train.py", "--steps", "5", "--spec", str(spec)],
+    command = nsys_command(parse(MODULES_AND_GATE), [PYTHON, "examples/train.py", "--steps", "5", "--spec", str(spec), "--backend", "thunder"],
                            output=str(directory / "training"))  # fmt: skip
     assert not any(word.startswith("--capture-range") for word in command.argv)
     done = run(command.argv)
@@ -251,6 +254,7 @@ def training(tmp_path_factory):
     return directory / "training.nsys-rep", nsys_ranges(export(directory / "training.nsys-rep"))
 
 
+@pytest.mark.thunder
 def test_each_module_forward_and_backward_in_order(training):
     _, seen = training
     blocks = [r.message for r in seen if r.category == "blocks"]
@@ -258,6 +262,7 @@ def test_each_module_forward_and_backward_in_order(training):
     assert blocks == step * 5
 
 
+@pytest.mark.thunder
 def test_gated_ranges_only_in_their_steps(training):
     _, seen = training
     starts = [r.start for r in seen if r.message == "transformer.h.0"]  # one per step
@@ -268,6 +273,7 @@ def test_gated_ranges_only_in_their_steps(training):
     assert all("linear(" in r.message for r in gated)
 
 
+@pytest.mark.thunder
 def test_report_per_module_forward_and_backward(training):
     report, _ = training
     records, _ = load_records([str(report)])
@@ -297,8 +303,9 @@ def assert_block0_collections(reports: list[list[NsysRange]]) -> None:
     assert len({len(r) for r in reports}) == 1
 
 
+@pytest.mark.thunder
 def test_readme_steps_spec_one_process(tmp_path):
-    command = nsys_command(load(ROOT / STEPS), ["python", "examples/train.py", "--steps", "13", "--spec", STEPS],
+    command = nsys_command(load(ROOT / STEPS), ["python", "examples/train.py", "--steps", "13", "--spec", STEPS, "--backend", "thunder"],
                            output=str(tmp_path / "steps"))  # fmt: skip
     assert "--capture-range-end=repeat-shutdown:3" in command.argv and "--sample=none" in command.argv
     done = run(command.argv)
@@ -308,8 +315,9 @@ def test_readme_steps_spec_one_process(tmp_path):
     assert_block0_collections(collected(tmp_path, "steps"))
 
 
+@pytest.mark.thunder
 def test_readme_steps_spec_under_torchrun(tmp_path):
-    argv = [TORCHRUN, f"--master_port={free_port()}", *shlex.split(f"--nproc_per_node=2 examples/train.py --steps 13 --spec {STEPS}")]
+    argv = [TORCHRUN, f"--master_port={free_port()}", *shlex.split(f"--nproc_per_node=2 examples/train.py --steps 13 --spec {STEPS} --backend thunder")]
     command = nsys_command(load(ROOT / STEPS), argv, output=str(tmp_path / "report"))
     assert "--capture-range-end=repeat:3" in command.argv
     done = run(command.argv)
@@ -319,10 +327,11 @@ def test_readme_steps_spec_under_torchrun(tmp_path):
     assert not list(tmp_path.glob("report.rank1*"))  # `rank in <0>`: rank 1 never started collecting
 
 
+@pytest.mark.thunder
 def test_torchrun_two_ranks_one_report_each(tmp_path):
     text = "blocks: each module <transformer.h.*>\nrank in <1> and op in <linear>"
     spec = spec_file(tmp_path, text)
-    argv = [TORCHRUN, f"--master_port={free_port()}", "--nproc_per_node=2", "examples/train.py", "--steps", "2", "--spec", str(spec)]
+    argv = [TORCHRUN, f"--master_port={free_port()}", "--nproc_per_node=2", "examples/train.py", "--steps", "2", "--spec", str(spec), "--backend", "thunder"]
     command = nsys_command(parse(text), argv, output=str(tmp_path / "ranks"))
     done = run(command.argv)
     assert done.returncode == 0, done.output[-3000:]
@@ -340,11 +349,11 @@ def test_torchrun_two_ranks_one_report_each(tmp_path):
 # ------------------------------------------------------------------ eager module ranges
 
 EAGER = """
-import torch
+import sys, torch
+sys.path.insert(0, "examples")
+from gpt import small_gpt
 from nvtx_regions import eager
-from thunder.tests.nanogpt_model import GPT, GPTConfig
-torch.manual_seed(0)
-model = GPT(GPTConfig(block_size=16, vocab_size=64, n_layer=2, n_head=2, n_embd=32, dropout=0.0))
+model = small_gpt()
 idx = torch.randint(0, 64, (2, 16))
 with eager.annotate(model, "each module <transformer.h.*>"):
     for _ in range(2):
@@ -362,12 +371,13 @@ def test_eager_ranges_visible(tmp_path):
     assert {r.domain for r in seen} == {"nvtx_regions"}
 
 
+@pytest.mark.thunder
 def test_region_in_both_traces_collects_each_step_twice(tmp_path):
     # No `and forward`/`and backward`: the region is in the forward and the backward trace,
     # whose calls are counted apart, so steps 2..3 are 4 ranges and 4 collections.
     text = "layer0: between first(module <transformer.h.0>)..last(module <transformer.h.0>) and steps 2..3"
     spec = spec_file(tmp_path, text)
-    command = nsys_command(parse(text), [PYTHON, "examples/train.py", "--steps", "6", "--spec", str(spec)],
+    command = nsys_command(parse(text), [PYTHON, "examples/train.py", "--steps", "6", "--spec", str(spec), "--backend", "thunder"],
                            output=str(tmp_path / "both"))  # fmt: skip
     assert "--capture-range-end=repeat-shutdown:4" in command.argv
     done = run(command.argv)
@@ -390,6 +400,7 @@ print("ran to the end")
 """
 
 
+@pytest.mark.thunder
 def test_default_domain_and_open_ended_steps(tmp_path):
     # `--nvtx-domain-include=default`, `--nvtx-capture=LABEL` without a domain, `--capture-range-end=repeat`.
     text = "block0: between first(module <transformer.h.0>)..last(module <transformer.h.0>) and forward and steps 3.."
@@ -441,6 +452,7 @@ with torch.no_grad():
 """
 
 
+@pytest.mark.thunder
 def test_user_markers_line_up_under_nsys_eager_and_thunder(tmp_path):
     seen = {}
     for mode in ("eager", "thunder"):

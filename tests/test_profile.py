@@ -5,13 +5,11 @@ examples/train.py, once per backend; its table and picture are checked
 against an independent reading of each run's SQLite export (``NVTX_EVENTS``
 with ``StringIds``, read here with sqlite3). The other runs go under our
 capture (``--tool capture``): a backend lacking a module, a backend that
-fails, torchrun ranks. Inductor joins the tutorial run when
-`nvtx_regions.inductor` is installed.
+fails, torchrun ranks. thunder joins the tutorial run where it is installed.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shlex
@@ -25,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import require_nsys
+from conftest import THUNDER_INSTALLED, require_nsys
 from nvtx_regions.core.profiling import ENV_BACKEND, ENV_SPEC
 from nvtx_regions.report.backends_table import compare_backends, read_run, render_backends
 from nvtx_regions.report.chrome_trace import load_chrome_trace
@@ -35,7 +33,6 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "profile.md"
 PYTHON = sys.executable
 TORCHRUN = str(Path(PYTHON).parent / "torchrun")
-INDUCTOR = importlib.util.find_spec("nvtx_regions.inductor") is not None
 BLOCKS = ("transformer.h.0", "transformer.h.1")
 PASSES = ("forward", "backward")
 SVG = "{http://www.w3.org/2000/svg}"
@@ -134,12 +131,12 @@ def independent_medians(path: Path, first_measured: int) -> tuple[dict[tuple[str
 
 @pytest.fixture(scope="module")
 def tutorial(tmp_path_factory):
-    """docs/profile.md's command, run as written (paths aside), under nsys; inductor only when installed."""
+    """docs/profile.md's command, run as written (paths aside), under nsys; thunder only where installed."""
     require_nsys()
     tmp_path = tmp_path_factory.mktemp("profile_tutorial")
     command = doc_block("bash", "## 2. Run it once per backend").strip()
-    backends = ["eager", "thunder", "inductor"] if INDUCTOR else ["eager", "thunder"]
-    argv = shlex.split(command.replace("eager,thunder,inductor", ",".join(backends)))
+    backends = ["eager", "thunder", "inductor"] if THUNDER_INSTALLED else ["eager", "inductor"]
+    argv = shlex.split(command)  # no --backends: those installed here
     assert argv[:2] == ["nvtx-regions", "profile"]
     out = tmp_path / "profile_out"
     argv = [str(out) if word == "profile_out" else PYTHON if word == "python" else word for word in argv[2:]]
@@ -170,7 +167,7 @@ def test_the_tutorial_shows_the_real_output(tutorial):
     real = done.stdout[done.stdout.index("CPU time per module call") :].replace(str(out), "profile_out")
     if backends == ["eager", "thunder", "inductor"]:
         assert masked(shown) == masked(real)
-    else:  # inductor left out: the lines without it
+    else:  # thunder left out: the lines without its "steps measured" line
         assert masked(real)[0] == masked(shown)[0] and len(masked(real)) == len(masked(shown)) - 1
 
 
@@ -325,6 +322,7 @@ def tiny(tmp_path_factory):
     return directory
 
 
+@pytest.mark.thunder
 def test_a_module_one_backend_lacks_is_missing_and_a_failed_backend_is_reported(tiny, tmp_path):
     out = tmp_path / "out"
     # The failing run is in the middle: the one after it still runs.
@@ -386,7 +384,7 @@ def test_torchrun_one_rank_at_a_time(tiny, tmp_path):
     [
         (["--backends", "eager,tpu"], "--backends eager,tpu: choose from eager, thunder, inductor"),
         (["--backends", "eager,eager"], "a backend is named twice"),
-        (["--backends", "eager,thunder", "--baseline", "inductor"], "--baseline inductor: not among --backends eager,thunder"),
+        (["--backends", "eager,inductor", "--baseline", "thunder"], "--baseline thunder: not among --backends eager,inductor"),
         (["--warmup", "-1"], "--warmup -1: give a number of steps >= 0"),
     ],
 )
@@ -426,18 +424,32 @@ def test_auto_tool_is_capture_without_nsys(monkeypatch, tmp_path):
 # ------------------------------------------------------------------ the one-line API
 
 
-def test_doc_script_runs_on_eager_and_thunder(tmp_path):
+@pytest.mark.parametrize("backend", ["eager", "inductor", pytest.param("thunder", marks=pytest.mark.thunder)])
+def test_doc_script_runs_on_each_backend(tmp_path, backend):
     if unavailable_reason():
         pytest.skip(unavailable_reason())
     code = doc_block("python", "## 1. One line picks the backend")
-    for backend in ("eager", "thunder"):
-        env = {**child_env(tmp_path), ENV_BACKEND: backend}
-        result = capture_subprocess([PYTHON, "-c", code], env=env).check()
-        messages = [e.message for e in result.events if e.kind == "push" and e.domain == "nvtx_regions"]
-        steps = [m for m in messages if m.startswith("step ")]
-        assert steps == ["step 0", "step 1", "step 2"], backend
-        for name in ("encoder", "head", "head (backward)", "encoder (backward)"):
-            assert messages.count(name) == 3, (backend, name, messages)
+    env = {**child_env(tmp_path), ENV_BACKEND: backend}
+    result = capture_subprocess([PYTHON, "-c", code], env=env).check()
+    messages = [e.message for e in result.events if e.kind == "push" and e.domain == "nvtx_regions"]
+    steps = [m for m in messages if m.startswith("step ")]
+    assert steps == ["step 0", "step 1", "step 2"], backend
+    for name in ("encoder", "head", "head (backward)", "encoder (backward)"):
+        assert messages.count(name) == 3, (backend, name, messages)
+
+
+def test_thunder_named_where_it_is_not_installed_is_a_usage_error(tmp_path, capsys, monkeypatch):
+    from nvtx_regions.commands import profile as command
+    from nvtx_regions.commands.main import main
+
+    monkeypatch.setattr(command, "thunder_installed", lambda: False)
+    spec = tmp_path / "modules.nvtx"
+    spec.write_text(MODULES)
+    out = tmp_path / "never"
+    assert main(["profile", str(spec), "--backends", "eager,thunder", "-o", str(out), "--", PYTHON, "-c", "pass"]) == 2
+    assert "--backends eager,thunder: thunder is not installed here (pip install 'nvtx_regions[thunder]')" in capsys.readouterr().err
+    assert not out.exists()
+    assert command._backends(None, None) == (["eager", "inductor"], "eager")  # the default: the backends installed
 
 
 def test_compile_refuses_a_backend_the_command_did_not_ask_for(monkeypatch):

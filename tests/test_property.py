@@ -17,6 +17,10 @@ from nvtx_regions.language import tree as T
 from reference import Reference, RefError
 from test_transform import check_against_reference
 
+import pytest
+
+pytestmark = pytest.mark.thunder  # the whole file needs lightning-thunder
+
 OPS = {
     "add": lambda x, y: x + y,
     "mul": lambda x, y: x * y,

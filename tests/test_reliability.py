@@ -21,6 +21,8 @@ import torch
 from nvtx_regions import NvtxProfileTransform, NvtxRegionsWarning, RegionOrderError, SelectorError, SelectorSyntaxError, parse
 from nvtx_regions.testing import unavailable_reason
 
+pytestmark = pytest.mark.thunder  # the whole file needs lightning-thunder
+
 _KIT_DIR = str(Path(__file__).resolve().parent / "workers")
 if _KIT_DIR not in sys.path:
     sys.path.insert(0, _KIT_DIR)

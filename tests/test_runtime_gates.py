@@ -22,7 +22,7 @@ if _KIT_DIR not in sys.path:
 import regions_kit as kit  # noqa: E402
 
 UNAVAILABLE = unavailable_reason()
-pytestmark = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"NVTX capture tool unavailable: {UNAVAILABLE}")
+pytestmark = [pytest.mark.thunder, pytest.mark.skipif(UNAVAILABLE is not None, reason=f"NVTX capture tool unavailable: {UNAVAILABLE}")]
 
 
 run = kit.run_captured

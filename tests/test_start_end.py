@@ -25,6 +25,8 @@ from nvtx_regions import NvtxProfileTransform, SelectorError
 from nvtx_regions.report.rangeart import draw_ranges
 from nvtx_regions.testing import check_balanced, flatten, range_tree, start_end_ranges
 
+pytestmark = pytest.mark.thunder  # the whole file needs lightning-thunder
+
 
 class Branch(torch.nn.Module):
     def __init__(self) -> None:

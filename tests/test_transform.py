@@ -13,6 +13,8 @@ from conftest import compiled
 from nvtx_regions import NvtxProfileTransform, NvtxRegionsWarning, RegionOrderError, SelectorError
 from reference import Reference, RefError, in_order, read_annotated
 
+pytestmark = pytest.mark.thunder  # the whole file needs lightning-thunder
+
 SPECS = [
     "all",
     "op in <linear, matmul>",

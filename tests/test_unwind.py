@@ -20,6 +20,8 @@ import torch
 from nvtx_regions import NvtxProfileTransform
 from nvtx_regions.testing import check_balanced, range_tree
 
+pytestmark = pytest.mark.thunder  # the whole file needs lightning-thunder
+
 
 class Chain(torch.nn.Module):
     """`layers` linears, then an embedding of ``idx`` that depends on them (so it stays last):

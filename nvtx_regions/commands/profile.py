@@ -46,6 +46,7 @@ from pathlib import Path
 from ..core.errors import CaptureFileError
 from ..core.naming import DEFAULT_DOMAIN
 from ..core.profiling import BACKENDS, ENV_BACKEND, ENV_SPEC
+from ..internals.versions import INSTALL_THUNDER, thunder_installed
 from ..report.backends_table import BackendRun, compare_backends, read_run, render_backends
 from ..report.picture import write_svg
 from .child import ended
@@ -71,7 +72,7 @@ _TAIL_LINES = 15
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``nvtx-regions profile`` (the command after ``--`` is not among them)."""
     parser.add_argument("spec", help="a .nvtx spec file; its `each module` rules give the table's rows")
-    parser.add_argument("--backends", default=",".join(BACKENDS), help=f"comma-separated, in column order (default {','.join(BACKENDS)})")
+    parser.add_argument("--backends", help="comma-separated, in column order (default eager,thunder,inductor; eager,inductor where thunder is not installed)")
     parser.add_argument("--baseline", help="the backend the ratios divide by (default: the first)")
     parser.add_argument("--warmup", type=int, default=1, help="steps left out after the compile step 0 (default 1)")
     parser.add_argument("-o", "--output", default="nvtx_regions_profile", help="folder for the reports, table and picture (default nvtx_regions_profile)")
@@ -82,13 +83,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_domain_option(parser, f"the spec's NVTX domain (default {DEFAULT_DOMAIN})", default=DEFAULT_DOMAIN)
 
 
-def _backends(text: str, baseline: str | None) -> tuple[list[str], str]:
-    chosen = [name.strip() for name in text.split(",") if name.strip()]
+def _backends(text: str | None, baseline: str | None) -> tuple[list[str], str]:
+    if text is None:
+        chosen = [name for name in BACKENDS if name != "thunder" or thunder_installed()]
+    else:
+        chosen = [name.strip() for name in text.split(",") if name.strip()]
     unknown = [name for name in chosen if name not in BACKENDS]
     if not chosen or unknown:
         raise UsageError(f"--backends {text}: choose from {', '.join(BACKENDS)}, comma-separated")
     if len(set(chosen)) != len(chosen):
         raise UsageError(f"--backends {text}: a backend is named twice")
+    if "thunder" in chosen and not thunder_installed():
+        raise UsageError(
+            f"--backends {text}: thunder is not installed here ({INSTALL_THUNDER}); leave it out, e.g. --backends eager,inductor"
+        )
     baseline = chosen[0] if baseline is None else baseline
     if baseline not in chosen:
         raise UsageError(f"--baseline {baseline}: not among --backends {','.join(chosen)}")

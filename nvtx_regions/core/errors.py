@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-__all__ = ["CaptureFileError", "NotRunYetError", "SelectorError", "SelectorSyntaxError", "NvtxRegionsWarning"]
+__all__ = [
+    "CaptureFileError", "MissingDependencyError", "NotRunYetError", "SelectorError", "SelectorSyntaxError",
+    "NvtxRegionsWarning",
+]  # fmt: skip
 
 
 class SelectorError(ValueError):
@@ -47,6 +50,12 @@ class CaptureFileError(ValueError):
     cannot be read: missing, not JSON, or an event that is not a well-formed
     range. The message names the file, the event index when there is one, and
     the fix."""
+
+
+class MissingDependencyError(ImportError):
+    """What was asked for needs an optional dependency that is not installed here (or does
+    not import here), such as lightning-thunder for the thunder backend. The message says
+    what needs it and how to install it."""
 
 
 class NotRunYetError(RuntimeError):

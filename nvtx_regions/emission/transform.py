@@ -20,9 +20,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import nvtx  # noqa: F401  (imported here so the first transform does not pay for it)
-from thunder.core.symbol import BoundSymbol
-from thunder.core.trace import TraceCtx, TraceProvenance, TraceTag
-from thunder.core.transform_common import Transform
+
+from ..internals.versions import require_thunder
+
+require_thunder("NvtxProfileTransform (the thunder backend)")
+
+from thunder.core.symbol import BoundSymbol  # noqa: E402
+from thunder.core.trace import TraceCtx, TraceProvenance, TraceTag  # noqa: E402
+from thunder.core.transform_common import Transform  # noqa: E402
 
 from ..internals.frames import ignored_jit_keyword
 from ..attribution.recording import install_module_recorder

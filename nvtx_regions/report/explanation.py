@@ -23,6 +23,7 @@ from ..selection.plan import Plan, make_plan
 from ..attribution.traceview import TraceView, one_line
 from ..core.bits import bit_positions
 from ..language.tree import Spec
+from ..internals.versions import require_thunder
 
 __all__ = ["explain", "Explanation", "RuleInTrace"]
 
@@ -86,10 +87,9 @@ class Explanation:
 
 
 def _traces_of(target: Any) -> list[Any]:
-    import thunder
-
     if isinstance(target, (list, tuple)):
         return list(target)
+    thunder = require_thunder("explain() of a thunder.jit function")
     if thunder.compile_data(target) is None:
         raise TypeError(
             f"explain() takes a thunder.jit-compiled function that has run once, or a list of traces; "
@@ -112,8 +112,7 @@ def _spec_of(target: Any, select: str | None, spec: str | os.PathLike[str] | Non
     given = spec_from_arguments(select, spec)
     if given is not None:
         return given
-    import thunder
-
+    thunder = require_thunder("explain() of a thunder.jit function")
     from ..emission.transform import NvtxProfileTransform
 
     for transform in getattr(thunder.compile_data(target), "transforms", ()) or ():
