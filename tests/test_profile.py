@@ -27,8 +27,9 @@ import pytest
 
 from conftest import require_nsys
 from nvtx_regions.core.profiling import ENV_BACKEND, ENV_SPEC
-from nvtx_regions.report.backends_table import compare_backends, read_run, render_backends
+from nvtx_regions.report.backends_table import BackendRun, compare_backends, render_backends
 from nvtx_regions.report.chrome_trace import load_chrome_trace
+from nvtx_regions.report.reader import read_ranges
 from nvtx_regions.testing import capture_subprocess, unavailable_reason
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,9 +85,9 @@ def table_cells(stdout: str) -> tuple[list[str], dict[tuple[str, str], list[str]
 
 def ns_of(cell: str) -> tuple[float, float, int]:
     """A printed cell ``1.23 ms (3)``: (ns, half the last printed digit in ns, n)."""
-    match = re.fullmatch(r"([\d.]+) (ms|us) \((\d+)\)", cell)
+    match = re.fullmatch(r"([\d.]+) (s|ms|us|ns) \((\d+)\)", cell)
     assert match, cell
-    scale = 1e6 if match[2] == "ms" else 1e3
+    scale = {"s": 1e9, "ms": 1e6, "us": 1e3, "ns": 1.0}[match[2]]
     decimals = len(match[1].partition(".")[2])
     return float(match[1]) * scale, 0.5 * 10**-decimals * scale, int(match[3])
 
@@ -161,7 +162,7 @@ def test_the_tutorial_shows_the_real_output(tutorial):
     # The times differ from run to run, and so does the order of rows that follows them.
     backends, out, done = tutorial
     shown = doc_block("text", "<!-- profile: table -->")
-    numbers = re.compile(r"\d+\.\d+( ms| us)?( \(\d+\))?")
+    numbers = re.compile(r"\d+(\.\d+)? (s|ms|us|ns)( \(\d+\))?|\d+\.\d+")
 
     def masked(text: str) -> list[str]:
         lines = [re.sub(r"\s+", " ", re.sub("-{3,}", "---", numbers.sub("#", line))).rstrip() for line in text.strip().splitlines()]
@@ -206,7 +207,7 @@ def test_medians_are_those_of_the_sqlite_export(tutorial):
     assert largest == sorted(largest, reverse=True)
     # The library gives the same numbers from the same files.
     table = compare_backends(
-        [read_run(b, [str(out / b / "report.sqlite")], domain="nvtx_regions") for b in backends], warmup=1
+        [BackendRun(b, read_ranges([str(out / b / "report.sqlite")], domain="nvtx_regions")) for b in backends], warmup=1
     )
     for row in table.rows:
         assert [t.median_ns for t in row.times] == [medians[b][(row.module, row.phase)] for b in backends]
@@ -267,7 +268,7 @@ def test_gpu_projected_time_where_the_report_holds_kernels(tutorial, tmp_path):
         spans.setdefault(key, []).append(1000 + k)
     db.commit()
     db.close()
-    table = compare_backends([read_run("eager", [str(path)], domain="nvtx_regions")], warmup=1)
+    table = compare_backends([BackendRun("eager", read_ranges([str(path)], domain="nvtx_regions"))], warmup=1)
     assert table.time == "GPU-projected time"
     # 5 steps, one range each per block and pass: the last 3 are the measured ones.
     assert {(r.module, r.phase): r.times[0].median_ns for r in table.rows} == {
@@ -374,7 +375,7 @@ def test_torchrun_one_rank_at_a_time(tiny, tmp_path):
     timeline = str(out / "eager" / "timeline.json")
     ranks = {r.rank for r in load_chrome_trace(timeline)}
     assert ranks == {0, 1}
-    rank0 = compare_backends([read_run("eager", [timeline], domain="nvtx_regions", rank=0)], warmup=1)
+    rank0 = compare_backends([BackendRun("eager", read_ranges([timeline], domain="nvtx_regions", rank=0))], warmup=1)
     assert rank0.modules == ("first", "last")
 
 

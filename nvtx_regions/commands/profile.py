@@ -17,7 +17,8 @@ to the spec's path:
   ``OUTPUT/profile.svg`` (`report.picture`). An existing OUTPUT is refused
   unless ``--force-overwrite``, which replaces only what this command writes.
 
-Then it prints the table of `report.backends_table`: per module and pass,
+Each run's reports are read by `report.reader.read_ranges`. Then it prints
+the table of `report.backends_table`: per module and pass,
 the median over the measured steps (the compile step 0 and ``--warmup N``
 more are left out) per backend with n, the ratio to ``--baseline`` (default
 the first backend), largest ratios first; rank ``--rank`` (default 0). A
@@ -46,8 +47,9 @@ from pathlib import Path
 from ..core.errors import CaptureFileError
 from ..core.naming import DEFAULT_DOMAIN
 from ..core.profiling import BACKENDS, ENV_BACKEND, ENV_SPEC
-from ..report.backends_table import BackendRun, compare_backends, read_run, render_backends
+from ..report.backends_table import BackendRun, compare_backends, render_backends
 from ..report.picture import write_svg
+from ..report.reader import read_ranges
 from .child import ended
 from .domain import add_domain_option
 from .status import OK, PROBLEM_FOUND, UsageError
@@ -213,7 +215,7 @@ def _run_backend(backend: str, args: argparse.Namespace, command: list[str], fol
     if not paths:
         return BackendRun(backend, failure=f"no report of rank {args.rank} in {folder}/ (is --rank right?)")
     try:
-        return read_run(backend, paths, domain=domain, rank=args.rank)
+        return BackendRun(backend, read_ranges(paths, domain=domain, rank=args.rank))
     except CaptureFileError as error:
         return BackendRun(backend, failure=str(error))
 

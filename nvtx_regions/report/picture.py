@@ -18,7 +18,8 @@ from __future__ import annotations
 import os
 from xml.sax.saxutils import escape, quoteattr
 
-from .backends_table import PASSES, BackendsTable, format_ns, format_ratio
+from .backends_table import PASSES, BackendsTable
+from .numbers import format_duration, format_ratio
 
 __all__ = ["render_svg", "write_svg", "COLORS", "PLOT_HEIGHT"]
 
@@ -63,7 +64,7 @@ def render_svg(table: BackendsTable) -> str:
         out.append(f'<text x="{x + 16}" y="44">{escape(backend + failed)}</text>')
     out.append(
         f'<text x="{_LEFT}" y="66">per module: forward left, backward right; above the bars: ratio to '
-        f"{escape(table.baseline)} in each backend's colour; full height: {escape(format_ns(tallest))}</text>"
+        f"{escape(table.baseline)} in each backend's colour; full height: {escape(format_duration(tallest))}</text>"
     )
     out.append(f'<line x1="{_LEFT - 5}" y1="{axis}" x2="{width - 10:.0f}" y2="{axis}" stroke="black"/>')
     for m, module in enumerate(table.modules):
@@ -87,7 +88,7 @@ def render_svg(table: BackendsTable) -> str:
                 out.append(
                     f'<rect class="bar" data-backend={quoteattr(table.backends[b])} data-median-ns="{cell.median_ns:.1f}" '
                     f'data-n="{cell.n}" x="{bx:.1f}" y="{axis - h:.2f}" width="{_BAR}" height="{h:.2f}" fill="{_color(b)}">'
-                    f"<title>{escape(f'{module} {phase}, {table.backends[b]}: {format_ns(cell.median_ns)} (n={cell.n})')}</title></rect>"
+                    f"<title>{escape(f'{module} {phase}, {table.backends[b]}: {format_duration(cell.median_ns)} (n={cell.n})')}</title></rect>"
                 )
             for line, i in enumerate(others):
                 ratio = row.ratios[i] if row is not None else None
