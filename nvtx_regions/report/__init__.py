@@ -4,5 +4,5 @@ reads Nsight Systems reports (`nsys_report`) and Chrome-trace captures
 (`chrome_trace`) into `capture.chrome.RangeRecord` items; from them come
 the summary per range, rule and module (`records`), two captures side by
 side (`compare`), and backends side by side (`backends_table`) with its
-picture (`picture`). Durations and ratios read alike in all of them (`numbers`).
+chart (`chart`). Durations and ratios read alike in all of them (`numbers`).
 """
