@@ -81,7 +81,8 @@ def real_output(name: str) -> str:
 
 
 SUMMARY_ROW = re.compile(r"^(\s*)([\d.]+(?:\s+[\d.]+){7})(\s+(?:PushPop|StartEnd)\s.*)$")
-MODULE_ROW = re.compile(r"^\s*(\d+)\s+\d+\s+[\d.]+\s+(\d+)\s+\d+\s+[\d.]+\s+(\S+)$")
+_TIME = r"[\d.]+ (?:s|ms|us|ns)"  # a duration as report.numbers writes it
+MODULE_ROW = re.compile(rf"^\s*(\d+)\s+{_TIME}\s+{_TIME}\s+(\d+)\s+{_TIME}\s+{_TIME}\s+(\S+)$")
 
 
 def comparable(name: str, text: str) -> str:

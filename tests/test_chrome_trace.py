@@ -144,6 +144,17 @@ def test_load_chrome_trace_gives_back_the_ranges_and_the_same_summary(tmp_path):
     assert {r.message for r in loaded if r.unclosed} == {"left open"}
 
 
+def test_a_pid_or_tid_that_is_not_a_number_gets_a_negative_one_of_its_own():
+    # PyTorch's profiler writes names where the format has process and thread ids.
+    def X(name, pid, tid):
+        return {"ph": "X", "name": name, "ts": 1.0, "dur": 2.0, "pid": pid, "tid": tid}
+
+    events = [X("a", "Spans", "PyTorch Profiler"), X("b", 7, 7), X("c", "Spans", 7), X("d", "Other", "PyTorch Profiler")]
+    assert [(r.message, r.pid, r.tid) for r in load_chrome_trace(events)] == [
+        ("a", -1, -2), ("b", 7, 7), ("c", -1, 7), ("d", -3, -2),
+    ]  # fmt: skip
+
+
 def test_summary_columns_are_nvtx_sum_statistics():
     durations = [100, 250, 400, 1000, 1250]
     events = []

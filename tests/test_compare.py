@@ -20,9 +20,15 @@ import nvtx_regions
 from nvtx_regions import CaptureFileError
 from nvtx_regions.capture import NvtxEvent, to_chrome_trace, write_chrome_trace
 from nvtx_regions.report.chrome_trace import load_chrome_trace
-from nvtx_regions.report.compare import CompareRow, compare, load_ranges, render_table
+from nvtx_regions.report.compare import CompareRow, compare, render_table
+from nvtx_regions.report.reader import read_file
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_ranges(source, **domain):
+    """(domain, name, duration in µs) of each range of a capture, as the one reader gives them."""
+    return [(r.domain, r.message, r.duration_ns / 1000) for r in read_file(source, **domain).records]
 
 
 def _x(name, dur, cat="nvtx_regions", **extra):
@@ -49,7 +55,7 @@ B = [_x("block", 400), _x("only b", 10), _x("block", 500), _x("attn", 0.5)]
 TABLE = """\
 range   eager n  thunder n  eager median  thunder median  thunder/eager
 block         4          2      250.0 us        450.0 us           1.80
-attn          1          1       1.50 ms          0.5 us           0.00
+attn          1          1       1.50 ms          500 ns       0.000333
 torch         1          0       50.0 us               -              -
 only b        0          1             -         10.0 us              -"""
 
@@ -110,7 +116,7 @@ def test_command_errors(files, tmp_path, capsys):
     assert main(["compare", str(empty), str(empty)]) == 1
     assert capsys.readouterr().err == "nvtx-regions compare: no complete ('ph': 'X') range events in either file\n"
     with pytest.raises(CaptureFileError):  # its own error, not the spec's SelectorError
-        load_ranges({"nothing": []})
+        read_file({"nothing": []})
 
 
 def _event(kind, message, ts, domain="nvtx_regions", tid=7):

@@ -31,7 +31,8 @@ from nvtx_regions import parse
 from nvtx_regions.capture.chrome import RangeRecord, iter_items, write_chrome_trace
 from nvtx_regions.capture.summary import summarize
 from nvtx_regions.commands.nsys import nsys_command
-from nvtx_regions.report.records import load_records, module_rows
+from nvtx_regions.report.reader import read_ranges
+from nvtx_regions.report.records import module_rows
 from nvtx_regions.language.parse import load
 from nvtx_regions.report.compare import compare
 from nvtx_regions.testing import capture_subprocess, unavailable_reason
@@ -207,8 +208,9 @@ def test_quickstart_ranges_are_the_ones_our_capture_sees(quickstart):
 def test_report_gives_the_table_of_our_capture(quickstart):
     report, sqlite, records, _, _ = quickstart
     for path in (report, sqlite):
-        found, (read,) = load_records([str(path)])
-        assert read.gpu_ns is None  # no GPU here: no CUDA kernels in the report
+        ranges = read_ranges([str(path)])
+        found, (read,) = ranges.records, ranges.files
+        assert read.nsys and read.gpu_ns is None  # no GPU here: no CUDA kernels in the report
         for by in ("message", "label"):
             assert summarize(found, by=by).instances() == summarize(records, by=by).instances()
     printed = subprocess.run(
@@ -276,7 +278,7 @@ def test_gated_ranges_only_in_their_steps(training):
 @pytest.mark.thunder
 def test_report_per_module_forward_and_backward(training):
     report, _ = training
-    records, _ = load_records([str(report)])
+    records = read_ranges([str(report)]).records
     rows = {row.module: (len(row.forward), len(row.backward)) for row in module_rows(records)}
     assert rows == {"transformer.h.0": (5, 5), "transformer.h.1": (5, 5)}
 
@@ -413,7 +415,7 @@ def test_default_domain_and_open_ended_steps(tmp_path):
     assert [[(r.message, r.domain) for r in ranges] for ranges in reports] == [[("block0", None)]] * 2
     # `report --domain default` selects them: default-domain records carry domain None (was: nothing selected).
     sqlites = sorted(str(p) for p in tmp_path.glob("open.*.sqlite"))
-    assert [(r.message, r.domain) for r in load_records(sqlites, domain=None)[0]] == [("block0", None)] * 2
+    assert [(r.message, r.domain) for r in read_ranges(sqlites, domain=None).records] == [("block0", None)] * 2
     printed = subprocess.run([PYTHON, "-m", "nvtx_regions", "report", *sqlites, "--domain", "default"], cwd=ROOT,
                              capture_output=True, text=True, timeout=120)  # fmt: skip
     assert printed.returncode == 0, printed.stderr

@@ -1,7 +1,7 @@
 """``nvtx-regions profile`` and the one-line API behind it (`nvtx_regions.compile`, `nvtx_regions.steps`).
 
 The tutorial's command (docs/profile.md) runs for real under nsys on
-examples/train.py, once per backend; its table and picture are checked
+examples/train.py, once per backend; its table and chart are checked
 against an independent reading of each run's SQLite export (``NVTX_EVENTS``
 with ``StringIds``, read here with sqlite3). The other runs go under our
 capture (``--tool capture``): a backend lacking a module, a backend that
@@ -18,15 +18,16 @@ import sqlite3
 import statistics
 import subprocess
 import sys
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
 from conftest import THUNDER_INSTALLED, require_nsys
+from test_chart import read_chart
 from nvtx_regions.core.profiling import ENV_BACKEND, ENV_SPEC
-from nvtx_regions.report.backends_table import compare_backends, read_run, render_backends
+from nvtx_regions.report.backends_table import BackendRun, compare_backends, render_backends
 from nvtx_regions.report.chrome_trace import load_chrome_trace
+from nvtx_regions.report.reader import read_ranges
 from nvtx_regions.testing import capture_subprocess, unavailable_reason
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,7 +36,6 @@ PYTHON = sys.executable
 TORCHRUN = str(Path(PYTHON).parent / "torchrun")
 BLOCKS = ("transformer.h.0", "transformer.h.1")
 PASSES = ("forward", "backward")
-SVG = "{http://www.w3.org/2000/svg}"
 
 
 def child_env(tmp_path: Path) -> dict[str, str]:
@@ -81,9 +81,9 @@ def table_cells(stdout: str) -> tuple[list[str], dict[tuple[str, str], list[str]
 
 def ns_of(cell: str) -> tuple[float, float, int]:
     """A printed cell ``1.23 ms (3)``: (ns, half the last printed digit in ns, n)."""
-    match = re.fullmatch(r"([\d.]+) (ms|us) \((\d+)\)", cell)
+    match = re.fullmatch(r"([\d.]+) (s|ms|us|ns) \((\d+)\)", cell)
     assert match, cell
-    scale = 1e6 if match[2] == "ms" else 1e3
+    scale = {"s": 1e9, "ms": 1e6, "us": 1e3, "ns": 1.0}[match[2]]
     decimals = len(match[1].partition(".")[2])
     return float(match[1]) * scale, 0.5 * 10**-decimals * scale, int(match[3])
 
@@ -158,7 +158,7 @@ def test_the_tutorial_shows_the_real_output(tutorial):
     # The times differ from run to run, and so does the order of rows that follows them.
     backends, out, done = tutorial
     shown = doc_block("text", "<!-- profile: table -->")
-    numbers = re.compile(r"\d+\.\d+( ms| us)?( \(\d+\))?")
+    numbers = re.compile(r"\d+(\.\d+)? (s|ms|us|ns)( \(\d+\))?|\d+\.\d+")
 
     def masked(text: str) -> list[str]:
         lines = [re.sub(r"\s+", " ", re.sub("-{3,}", "---", numbers.sub("#", line))).rstrip() for line in text.strip().splitlines()]
@@ -203,43 +203,32 @@ def test_medians_are_those_of_the_sqlite_export(tutorial):
     assert largest == sorted(largest, reverse=True)
     # The library gives the same numbers from the same files.
     table = compare_backends(
-        [read_run(b, [str(out / b / "report.sqlite")], domain="nvtx_regions") for b in backends], warmup=1
+        [BackendRun(b, read_ranges([str(out / b / "report.sqlite")], domain="nvtx_regions")) for b in backends], warmup=1
     )
     for row in table.rows:
         assert [t.median_ns for t in row.times] == [medians[b][(row.module, row.phase)] for b in backends]
 
 
-def test_picture_one_group_per_module_bars_and_ratios(tutorial):
-    backends, out, _ = tutorial
+def test_chart_bars_and_ratios_are_those_of_the_sqlite_export(tutorial):
+    backends, out, done = tutorial
+    assert f"the chart in {out / 'profile.png'} and {out / 'profile.svg'}" in done.stdout
     medians = {b: {k: statistics.median(v) for k, v in independent_medians(out / b / "report.sqlite", 2)[0].items()}
                for b in backends}  # fmt: skip
-    root = ET.parse(out / "profile.svg").getroot()
-    assert root.tag == f"{SVG}svg"
-    assert "CPU time" in root.find(f"{SVG}text").text
-    groups = [g for g in root.iter(f"{SVG}g") if g.get("class") == "module"]
-    assert [g.get("data-module") for g in groups] == list(BLOCKS)  # one per module, in model order
+    chart = read_chart(out / "profile")
+    assert {"eager (baseline)", *backends[1:]} <= set(chart.texts)
+    # One row per block and pass, the largest ratio to eager at the top.
+    keys = sorted(medians["eager"], key=lambda k: -max(medians[b][k] / medians["eager"][k] for b in backends[1:]))
+    assert chart.labels == [f"{block} ({phase})" for block, phase in keys]
     scale = []
-    colors: dict[str, set[str]] = {}
-    for group in groups:
-        passes = [g for g in group if g.tag == f"{SVG}g" and g.get("class") == "pass"]
-        assert [p.get("data-pass") for p in passes] == list(PASSES)
-        for part in passes:
-            key = (group.get("data-module"), part.get("data-pass"))
-            bars = [e for e in part if e.tag == f"{SVG}rect" and e.get("class") == "bar"]
-            assert [b.get("data-backend") for b in bars] == backends
-            for bar in bars:
-                backend = bar.get("data-backend")
-                assert float(bar.get("data-median-ns")) == pytest.approx(medians[backend][key], abs=0.06)
-                scale.append(float(bar.get("height")) / medians[backend][key])
-                colors.setdefault(backend, set()).add(bar.get("fill"))
-            ratios = {e.get("data-backend"): e.text for e in part if e.tag == f"{SVG}text" and e.get("class") == "ratio"}
-            assert set(ratios) == set(backends[1:])
-            for backend, text in ratios.items():
-                assert text.endswith("x")
-                expected = medians[backend][key] / medians["eager"][key]
-                assert float(text[:-1]) == pytest.approx(expected, rel=0.01, abs=0.006)
-    assert max(scale) == pytest.approx(min(scale), rel=1e-3)  # heights proportional to the medians
-    assert all(len(c) == 1 for c in colors.values()) and len({c for s in colors.values() for c in s}) == len(backends)
+    for key in keys:
+        for backend in backends:
+            scale.append(chart.bars[(*key, backend)] / medians[backend][key])
+        for backend in backends[1:]:
+            text = chart.ratios[(*key, backend)]
+            assert text.endswith("x")
+            assert float(text[:-1]) == pytest.approx(medians[backend][key] / medians["eager"][key], rel=0.01, abs=0.006)
+    assert max(scale) == pytest.approx(min(scale), rel=1e-3)  # lengths proportional to the medians
+    assert chart.words == {}
 
 
 def test_gpu_projected_time_where_the_report_holds_kernels(tutorial, tmp_path):
@@ -264,7 +253,7 @@ def test_gpu_projected_time_where_the_report_holds_kernels(tutorial, tmp_path):
         spans.setdefault(key, []).append(1000 + k)
     db.commit()
     db.close()
-    table = compare_backends([read_run("eager", [str(path)], domain="nvtx_regions")], warmup=1)
+    table = compare_backends([BackendRun("eager", read_ranges([str(path)], domain="nvtx_regions"))], warmup=1)
     assert table.time == "GPU-projected time"
     # 5 steps, one range each per block and pass: the last 3 are the measured ones.
     assert {(r.module, r.phase): r.times[0].median_ns for r in table.rows} == {
@@ -346,12 +335,12 @@ def test_a_module_one_backend_lacks_is_missing_and_a_failed_backend_is_reported(
         assert float(ratio) == pytest.approx(ns_of(thunder)[0] / ns_of(eager)[0], rel=0.05, abs=0.01)
     # The rows without a ratio come last.
     assert {key[0] for key in list(cells)[-2:]} == {"extra"}
-    root = ET.parse(out / "profile.svg").getroot()
-    modules = [g.get("data-module") for g in root.iter(f"{SVG}g") if g.get("class") == "module"]
-    assert modules == ["first", "extra", "last"]
-    (extra,) = [g for g in root.iter(f"{SVG}g") if g.get("data-module") == "extra"]
-    gaps = [(e.get("data-backend"), e.text) for e in extra.iter(f"{SVG}text") if e.get("class") == "missing"]
-    assert gaps == [("inductor", "failed"), ("thunder", "missing")] * 2
+    chart = read_chart(out / "profile")
+    assert {label.rpartition(" (")[0] for label in chart.labels} == {"first", "extra", "last"}
+    assert {label.rpartition(" (")[0] for label in chart.labels[-2:]} == {"extra"}  # no ratio: last, as in the table
+    failed = {(module, phase, "inductor"): "failed" for module in ("first", "extra", "last") for phase in PASSES}
+    assert chart.words == {**failed, **{("extra", phase, "thunder"): "missing" for phase in PASSES}}
+    assert "inductor (failed)" in chart.texts
     # Our capture's timeline holds the step ranges the table used.
     steps = [r.message for r in load_chrome_trace(out / "eager" / "timeline.json") if r.message.startswith("step")]
     assert steps == ["step 0", "step 1", "step 2", "step 3"]
@@ -372,7 +361,7 @@ def test_torchrun_one_rank_at_a_time(tiny, tmp_path):
     timeline = str(out / "eager" / "timeline.json")
     ranks = {r.rank for r in load_chrome_trace(timeline)}
     assert ranks == {0, 1}
-    rank0 = compare_backends([read_run("eager", [timeline], domain="nvtx_regions", rank=0)], warmup=1)
+    rank0 = compare_backends([BackendRun("eager", read_ranges([timeline], domain="nvtx_regions", rank=0))], warmup=1)
     assert rank0.modules == ("first", "last")
 
 

@@ -49,6 +49,6 @@ def test_comparable_masks_only_the_times():
     assert comparable("explain", "a\n b ") == "a\n b"
     swapped = f"head\n{other}\n{row.replace(' 82 ', ' 2 ')}\ntail"
     assert comparable("capture", swapped) == comparable("capture", f"head\n{row.replace(' 82 ', ' 2 ')}\n{row}\ntail")
-    module = "    2       107585082    53792541.0      2         1702316      851158.0  nvtx_regions:transformer.h.0"
+    module = "    2   107.59 ms  53.79 ms      2    1.70 ms  851.2 us  nvtx_regions:transformer.h.0"
     assert comparable("report", module) == "2 <times> 2 <times> nvtx_regions:transformer.h.0"
     assert comparable("report", module) != comparable("report", module.replace("    2  ", "    3  ", 1))

@@ -1,6 +1,9 @@
-"""``nvtx-regions report``: what it says for files it cannot read, and the module table.
+"""``nvtx-regions report``: what it says for files it cannot read, and the module table; the one
+reader of reports and captures (`report.reader`), and the one format of a duration (`report.numbers`).
 
-The reports of a real Nsight Systems run are read in tests/test_nsys_real.py.
+The reports of a real Nsight Systems run are read in tests/test_nsys_real.py; here a small
+SQLite file in the export's schema (``NVTX_EVENTS``, ``StringIds``, ``ENUM_NSYS_EVENT_TYPE``,
+the CUPTI tables) stands in for one where a test needs what this machine cannot record (CUDA kernels).
 """
 
 from __future__ import annotations
@@ -14,9 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from nvtx_regions import CaptureFileError
 from nvtx_regions.capture import write_chrome_trace
 from nvtx_regions.core.naming import ANY_DOMAIN
-from nvtx_regions.report.records import load_records, module_rows, render_modules
+from nvtx_regions.report.numbers import format_duration, format_ratio
+from nvtx_regions.report.reader import read_file, read_ranges
+from nvtx_regions.report.records import module_rows, render_modules
 from nvtx_regions.testing import capture_subprocess, unavailable_reason
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,20 +73,22 @@ def test_module_table_pairs_forward_and_backward(tmp_path):
         ("transformer.h.0 (backward)", "blocks", 20, 30),
         ("transformer.h.0", "blocks", 60, 12),
     ])  # fmt: skip
-    records, reports = load_records([str(trace)])
-    assert reports == [] and len(records) == 7
+    ranges = read_ranges([str(trace)])
+    records = ranges.records
+    assert [file.nsys for file in ranges.files] == [False] and len(records) == 7
     rows = {row.module: (row.forward, row.backward) for row in module_rows(records)}
     assert rows == {"GPT": ((100_000,), ()), "transformer.h.0": ((10_000, 12_000), (30_000,)),
                     "transformer.h.0.attn": ((4_000,), ())}  # fmt: skip
     assert [row.module for row in module_rows(records)] == ["GPT", "transformer.h.0", "transformer.h.0.attn"]
     table = render_modules(module_rows(records)).splitlines()
-    assert table[2].split() == ["1", "100000", "100000.0", "0", "-", "-", "nvtx_regions:GPT"]
-    assert table[3].split() == ["2", "22000", "11000.0", "1", "30000", "30000.0", "nvtx_regions:transformer.h.0"]
+    assert table[0].split() == ["Fwd", "n", "Fwd", "Total", "Fwd", "Med", "Bwd", "n", "Bwd", "Total", "Bwd", "Med", "Module"]
+    assert table[2].split() == ["1", "100.0", "us", "100.0", "us", "0", "-", "-", "nvtx_regions:GPT"]
+    assert table[3].split() == ["2", "22.0", "us", "11.0", "us", "1", "30.0", "us", "30.0", "us", "nvtx_regions:transformer.h.0"]
 
 
 def test_domain_filter_and_no_ranges(tmp_path):
     trace = _trace(tmp_path / "t.json", [("transformer.h.0", "blocks", 1, 10)])
-    assert load_records([str(trace)], domain="other")[0] == []
+    assert read_ranges([str(trace)], domain="other").records == ()
     result = report(trace, "--domain", "other")
     assert result.returncode == 1 and "no NVTX ranges in domain 'other'" in result.stderr
     result = report(trace)
@@ -101,10 +109,10 @@ def test_domain_default_selects_the_default_domains_ranges_of_a_capture(tmp_path
     ).check()
     trace = tmp_path / "capture.json"
     write_chrome_trace(captured, trace)
-    assert sorted((r.domain or "", r.message) for r in load_records([str(trace)], domain=ANY_DOMAIN)[0]) == [
+    assert sorted((r.domain or "", r.message) for r in read_ranges([str(trace)], domain=ANY_DOMAIN).records) == [
         ("", "plain"), ("", "plain"), ("mine", "named"),
     ]  # fmt: skip
-    assert [(r.domain, r.message) for r in load_records([str(trace)], domain=None)[0]] == [(None, "plain")] * 2
+    assert [(r.domain, r.message) for r in read_ranges([str(trace)], domain=None).records] == [(None, "plain")] * 2
     result = report(trace, "--domain", "default")
     assert result.returncode == 0, result.stderr
     per_range = result.stdout.split("\n\n")[0]
@@ -115,3 +123,110 @@ def test_domain_default_selects_the_default_domains_ranges_of_a_capture(tmp_path
     only_named = _trace(tmp_path / "named.json", [("transformer.h.0", "blocks", 1, 10)])
     result = report(only_named, "--domain", "default")
     assert result.returncode == 1 and "no NVTX ranges in domain 'default'" in result.stderr
+
+
+# ------------------------------------------------------------------ one reader for reports and captures
+
+PUSH_POP, DOMAIN_CREATE = 59, 75  # their numbers in ENUM_NSYS_EVENT_TYPE (nsys 2022.4.2)
+
+
+def nsys_export(path: Path, ranges, *, pid: int = 100, kernels=()) -> Path:
+    """A file in the schema of ``nsys export --type sqlite``: push/pop `ranges` (domain, message, start, end)
+    on one thread of process `pid`, and per `kernels` item (launched at, start, end) one CUDA launch and its kernel."""
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT)")
+    db.execute("CREATE TABLE ENUM_NSYS_EVENT_TYPE (id INTEGER, name TEXT)")
+    db.executemany("INSERT INTO ENUM_NSYS_EVENT_TYPE VALUES (?, ?)", [(PUSH_POP, "NvtxPushPopRange"), (DOMAIN_CREATE, "NvtxDomainCreate")])
+    db.execute("CREATE TABLE NVTX_EVENTS (start INT, end INT, eventType INT, textId INT, text TEXT, color INT, "
+               "category INT, domainId INT, globalTid INT)")  # fmt: skip
+    thread = (pid << 24) | pid
+    domains: dict[str, int] = {}
+    insert = "INSERT INTO NVTX_EVENTS (start, end, eventType, text, domainId, globalTid) VALUES (?, ?, ?, ?, ?, ?)"
+    for domain, message, start, end in ranges:
+        if domain is not None and domain not in domains:
+            domains[domain] = len(domains) + 1
+            db.execute(insert, (0, None, DOMAIN_CREATE, domain, domains[domain], thread))
+        db.execute(insert, (start, end, PUSH_POP, message, domains.get(domain, 0), thread))
+    if kernels:
+        db.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INT, end INT, globalTid INT, correlationId INT)")
+        db.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INT, end INT, correlationId INT)")
+        for k, (launch, start, end) in enumerate(kernels):
+            db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, ?)", (launch, launch + 1, thread, k))
+            db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, ?)", (start, end, k))
+    db.commit()
+    db.close()
+    return path
+
+
+def test_one_reader_reads_reports_and_captures_together(tmp_path):
+    export = nsys_export(tmp_path / "r.sqlite", [("nvtx_regions", "transformer.h.0", 1_000, 9_000), (None, "torch", 2_000, 3_000)])
+    capture = _trace(tmp_path / "c.json", [("transformer.h.0", "blocks", 1, 10)])
+    ranges = read_ranges([export, capture])
+    assert [(file.source, file.nsys) for file in ranges.files] == [(str(export), True), (str(capture), False)]
+    assert [(r.domain, r.message, r.duration_ns) for r in ranges.records] == [
+        ("nvtx_regions", "transformer.h.0", 8_000), (None, "torch", 1_000), ("nvtx_regions", "transformer.h.0", 10_000),
+    ]  # fmt: skip
+    assert ranges.domains == {None, "nvtx_regions"}
+    assert ranges.gpu_ns is None  # a capture holds no CUDA kernels, and neither does this report
+    kept = read_ranges([export, capture], domain="nvtx_regions")
+    assert [r.message for r in kept.records] == ["transformer.h.0"] * 2 and kept.domains == ranges.domains
+    assert read_ranges([export], domain=None).records == (ranges.records[1],)
+    # A Chrome trace already loaded reads as its file does.
+    assert read_file(json.loads(capture.read_text())).records == read_file(capture).records
+
+
+def test_rank_keeps_an_nsys_report_whole_and_one_rank_of_a_capture(tmp_path):
+    # Under torchrun each rank writes its own nsys report, chosen by its name; its records name no rank.
+    export = nsys_export(tmp_path / "report.rank1.sqlite", [("nvtx_regions", "block", 0, 10)])
+    assert [r.message for r in read_ranges([export], rank=1).records] == ["block"]
+    events = [{"name": f"r{rank}", "ph": "X", "ts": 0, "dur": 1, "pid": rank + 1, "tid": 1, "args": {"rank": rank}} for rank in (0, 1)]
+    events.append({"name": "no RANK", "ph": "X", "ts": 0, "dur": 1, "pid": 9, "tid": 1})  # counts as rank 0
+    assert [r.message for r in read_file(events, rank=0).records] == ["r0", "no RANK"]
+    assert [r.message for r in read_file(events, rank=1).records] == ["r1"]
+
+
+def test_a_file_it_cannot_read_is_one_error_that_names_it_and_the_fix(tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("x")
+    with pytest.raises(CaptureFileError) as error:
+        read_ranges([notes])
+    assert str(error.value) == (
+        f"{notes}: not a report this reads: pass an Nsight Systems report (.nsys-rep, .qdrep, .sqlite) "
+        "or a capture from 'nvtx-regions capture -o FILE.json'"
+    )
+    with pytest.raises(TypeError, match="read_file"):
+        read_ranges(str(notes))  # one path is not a list of paths
+
+
+def test_report_gives_gpu_projected_time_where_a_report_holds_kernels(tmp_path):
+    # Two ranges of one name launch one kernel each (1500 ns and 2500 ns from first to last GPU work); a third launches none.
+    export = nsys_export(
+        tmp_path / "gpu.sqlite",
+        [("nvtx_regions", "transformer.h.0", 1_000, 9_000), ("nvtx_regions", "transformer.h.0", 10_000, 12_000),
+         ("nvtx_regions", "idle", 20_000, 21_000)],
+        kernels=[(2_000, 9_500, 11_000), (10_500, 13_000, 15_500)],
+    )  # fmt: skip
+    ranges = read_ranges([export])
+    assert ranges.gpu_ns == (1_500, 2_500, None) and ranges.files[0].kernels == 2
+    result = report(export)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.split("GPU-projected time per range (2 CUDA kernels; as nsys's nvtxgpuproj):\n")[1].splitlines()
+    assert lines[0].split() == ["Instances", "CPU", "Total", "CPU", "Med", "GPU", "n", "GPU", "Proj", "Total", "GPU", "Proj", "Med", "Range"]
+    assert lines[2].split() == ["2", "10.0", "us", "5.0", "us", "2", "4.0", "us", "2.0", "us", "nvtx_regions:transformer.h.0"]
+    assert lines[3].split() == ["1", "1.0", "us", "1.0", "us", "0", "-", "-", "nvtx_regions:idle"]
+
+
+# ------------------------------------------------------------------ one format of a duration, in every table
+
+
+@pytest.mark.parametrize(
+    ("ns", "text"),
+    [(0, "0 ns"), (812, "812 ns"), (999.6, "1.0 us"), (1_000, "1.0 us"), (182_940, "182.9 us"),
+     (999_960, "1.00 ms"), (1_504_000, "1.50 ms"), (5_767_210_679, "5.77 s")],
+)  # fmt: skip
+def test_a_duration_reads_in_the_largest_unit_it_reaches(ns, text):
+    assert format_duration(ns) == text
+
+
+def test_a_ratio_keeps_three_digits_below_one_tenth():
+    assert [format_ratio(r) for r in (1.594, 0.1, 0.000333, None)] == ["1.59", "0.10", "0.000333", "-"]

@@ -43,9 +43,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _nothing_to_compare(args: argparse.Namespace) -> str:
     """Why there are no rows: no ranges at all, or none in the domain asked for (naming those there are)."""
-    from ..report.compare import load_ranges
+    from ..report.reader import read_ranges
 
-    present = set() if args.domain is ANY_DOMAIN else {d for path in (args.a, args.b) for d, _, _ in load_ranges(path)}
+    present = set() if args.domain is ANY_DOMAIN else read_ranges([args.a, args.b], domain=args.domain).domains
     if not present:
         return "no complete ('ph': 'X') range events in either file"
     there = ", ".join(sorted(map(domain_word, present)))

@@ -13,11 +13,14 @@ to the spec's path:
   under torchrun; else under our capture (`commands.capture.run_capture`),
   and it says so (``--tool nsys`` or ``--tool capture`` chooses);
 - each run's reports, its stderr (``stderr.txt``, also shown as it comes) go
-  to ``OUTPUT/BACKEND/``; the table to ``OUTPUT/table.txt``, the picture to
-  ``OUTPUT/profile.svg`` (`report.picture`). An existing OUTPUT is refused
-  unless ``--force-overwrite``, which replaces only what this command writes.
+  to ``OUTPUT/BACKEND/``; the table to ``OUTPUT/table.txt``, the chart to
+  ``OUTPUT/profile.png`` and ``OUTPUT/profile.svg`` (`report.chart`; without
+  matplotlib, a line that says what to install instead). An existing OUTPUT
+  is refused unless ``--force-overwrite``, which replaces only what this
+  command writes.
 
-Then it prints the table of `report.backends_table`: per module and pass,
+Each run's reports are read by `report.reader.read_ranges`. Then it prints
+the table of `report.backends_table`: per module and pass,
 the median over the measured steps (the compile step 0 and ``--warmup N``
 more are left out) per backend with n, the ratio to ``--baseline`` (default
 the first backend), largest ratios first; rank ``--rank`` (default 0). A
@@ -47,8 +50,9 @@ from ..core.errors import CaptureFileError
 from ..core.naming import DEFAULT_DOMAIN
 from ..core.profiling import BACKENDS, ENV_BACKEND, ENV_SPEC
 from ..internals.versions import INSTALL_THUNDER, thunder_installed
-from ..report.backends_table import BackendRun, compare_backends, read_run, render_backends
-from ..report.picture import write_svg
+from ..report.backends_table import BackendRun, BackendsTable, compare_backends, render_backends
+from ..report.chart import ChartUnavailable, write_chart
+from ..report.reader import read_ranges
 from .child import ended
 from .domain import add_domain_option
 from .status import OK, PROBLEM_FOUND, UsageError
@@ -58,14 +62,15 @@ __all__ = ["add_arguments", "run"]
 HELP = "run a script once per backend (eager, thunder, inductor); per module, time side by side"
 DESCRIPTION = (
     "Run COMMAND once per backend under nsys (else our capture); print per module the median time "
-    "of each backend over the measured steps, and the ratio to a baseline; write the reports and a picture."
+    "of each backend over the measured steps, and the ratio to a baseline; write the reports and a chart."
 )
 USAGE = (
     "nvtx-regions profile SPEC [--backends eager,thunder,inductor] [--baseline B] [--warmup N] [-o DIR] "
     "[--force-overwrite] [--rank R] [--tool {auto,nsys,capture}] [--domain NAME] -- COMMAND..."
 )
 EXAMPLE = "nvtx-regions profile blocks.nvtx --backends eager,thunder -- python train.py"
-TABLE, PICTURE, STDERR = "table.txt", "profile.svg", "stderr.txt"
+TABLE, CHART, STDERR = "table.txt", "profile", "stderr.txt"  # the chart: profile.png and profile.svg
+CHART_FILES = (f"{CHART}.png", f"{CHART}.svg")
 _TAIL_LINES = 15
 
 
@@ -75,7 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backends", help="comma-separated, in column order (default eager,thunder,inductor; eager,inductor where thunder is not installed)")
     parser.add_argument("--baseline", help="the backend the ratios divide by (default: the first)")
     parser.add_argument("--warmup", type=int, default=1, help="steps left out after the compile step 0 (default 1)")
-    parser.add_argument("-o", "--output", default="nvtx_regions_profile", help="folder for the reports, table and picture (default nvtx_regions_profile)")
+    parser.add_argument("-o", "--output", default="nvtx_regions_profile", help="folder for the reports, table and chart (default nvtx_regions_profile)")
     parser.add_argument("--force-overwrite", action="store_true", help="reuse an existing output folder, replacing what this command writes there")
     parser.add_argument("--rank", type=int, default=0, help="the rank shown under torchrun (default 0)")
     parser.add_argument("--tool", choices=("auto", "nsys", "capture"), default="auto",
@@ -111,7 +116,7 @@ def _output_folder(output: str, backends: Sequence[str], force: bool) -> Path:
             raise UsageError(f"-o {output}: exists and is not a folder; give another name")
         if not force:
             raise UsageError(f"-o {output}: the folder exists; add --force-overwrite to replace its reports, or give another name")
-        for name in (*backends, TABLE, PICTURE):
+        for name in (*backends, TABLE, *CHART_FILES):
             path = folder / name
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path)
@@ -221,7 +226,7 @@ def _run_backend(backend: str, args: argparse.Namespace, command: list[str], fol
     if not paths:
         return BackendRun(backend, failure=f"no report of rank {args.rank} in {folder}/ (is --rank right?)")
     try:
-        return read_run(backend, paths, domain=domain, rank=args.rank)
+        return BackendRun(backend, read_ranges(paths, domain=domain, rank=args.rank))
     except CaptureFileError as error:
         return BackendRun(backend, failure=str(error))
 
@@ -237,6 +242,16 @@ def _run_captured(command: list[str], env: dict[str, str], folder: Path) -> tupl
         os.environ.clear()
         os.environ.update(saved)
     return outcome.returncode, [str(outcome.trace_path)]
+
+
+def write_outputs(folder: Path, table: BackendsTable, text: str) -> str:
+    """Write the table's `text` and its chart into `folder`; where they went, in words (or why there is no chart)."""
+    (folder / TABLE).write_text(text + "\n", encoding="utf-8")
+    try:
+        png, svg = write_chart(table, folder / CHART)
+    except ChartUnavailable as error:
+        return f"the table in {folder / TABLE}; no chart: {error}"
+    return f"the table in {folder / TABLE}, the chart in {png} and {svg}"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -263,11 +278,10 @@ def run(args: argparse.Namespace) -> int:
         runs.append(_run_backend(backend, args, command, folder / backend, use_nsys))
     table = compare_backends(runs, baseline=baseline, warmup=args.warmup)
     text = render_backends(table)
-    (folder / TABLE).write_text(text + "\n", encoding="utf-8")
-    write_svg(folder / PICTURE, table)
+    where = write_outputs(folder, table, text)
     sys.stdout.flush()
     print(f"\n{text}\n", flush=True)
-    print(f"nvtx-regions profile: reports in {folder}/BACKEND/, the table in {folder / TABLE}, the picture in {folder / PICTURE}")
+    print(f"nvtx-regions profile: reports in {folder}/BACKEND/, {where}")
     if any(run.failure is not None for run in runs) or not table.rows:
         return PROBLEM_FOUND
     return OK

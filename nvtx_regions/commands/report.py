@@ -5,9 +5,8 @@
     nvtx-regions report nvtx_regions_report.nsys-rep --domain default   # NVTX's default domain
     nvtx-regions report timeline.json                          # a capture of ours, read the same way
 
-Reads Nsight Systems reports (`report.nsys_report`) or our capture's Chrome
-traces (`report.chrome_trace.load_chrome_trace`) and prints, for all the files
-together:
+Reads Nsight Systems reports or our capture's Chrome traces
+(`report.reader.read_ranges`) and prints, for all the files together:
 
 - per range: the table ``nvtx-regions capture`` prints (one row per domain and
   message, as ``nsys stats --report nvtx_sum``);
@@ -15,7 +14,8 @@ together:
   nvtx_regions names after each rule's label (``--summary-by label``);
 - per module: the ranges of ``each module``/``each class`` rules (a message
   that is a module path, ``transformer.h.0``, with ``" (backward)"`` on the
-  backward one), forward and backward side by side;
+  backward one), forward and backward side by side, times as every table of
+  ours gives them (`report.numbers`);
 - GPU-projected time per range beside its CPU time, where the report holds
   CUDA kernels (as nsys's ``nvtxgpuproj``); otherwise a line that says so.
 
@@ -47,11 +47,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..report.records import load_records, render_report
+    from ..report.reader import read_ranges
+    from ..report.records import render_report
 
-    records, reports = load_records(args.files, domain=args.domain)
-    print(render_report(records, reports))
-    if not records:
+    ranges = read_ranges(args.files, domain=args.domain)
+    print(render_report(ranges))
+    if not ranges.records:
         where = "" if args.domain is ANY_DOMAIN else f" in domain {domain_word(args.domain)!r}"
         print(f"nvtx-regions report: no NVTX ranges{where}", file=sys.stderr)
         return PROBLEM_FOUND

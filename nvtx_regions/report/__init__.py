@@ -1,6 +1,8 @@
 """Reports for people: `explain()` (`explanation`), the range tree drawing
-(`rangeart`), two captures side by side (`compare`), and the readers of a
-finished run's files: Chrome traces (`chrome_trace`) and Nsight Systems
-reports (`nsys_report`), both into `capture.chrome.RangeRecord` items, and
-their summary per range, rule and module (`records`).
+(`rangeart`), and what a finished run's files say. One reader (`reader`)
+reads Nsight Systems reports (`nsys_report`) and Chrome-trace captures
+(`chrome_trace`) into `capture.chrome.RangeRecord` items; from them come
+the summary per range, rule and module (`records`), two captures side by
+side (`compare`), and backends side by side (`backends_table`) with its
+chart (`chart`). Durations and ratios read alike in all of them (`numbers`).
 """

@@ -1,9 +1,12 @@
 """Backends side by side: per module and pass, the median time of its ranges over the
 measured steps of each backend's run, and the ratio to a baseline backend.
 
-    runs = [read_run("eager", ["out/eager/report.nsys-rep"]), read_run("thunder", [...])]
+    runs = [BackendRun("eager", read_ranges(["out/eager/report.nsys-rep"], domain="nvtx_regions")), ...]
     table = compare_backends(runs, baseline="eager", warmup=1)
     print(render_backends(table))
+
+A run's ranges are read by `report.reader.read_ranges`: nsys reports or
+captures, one rank's (``rank=``).
 
 A run's steps are its ``step N`` ranges (`nvtx_regions.steps`, `core.profiling`).
 A module range (`records.module_range`) belongs to the step range of the same
@@ -14,7 +17,7 @@ A run without step ranges counts every range, and the table says so.
 Time: the GPU-projected time of each range (`report.nsys_report`, as nsys's
 ``nvtxgpuproj``) when every run's report holds CUDA kernels, counting the
 ranges that launched GPU work; otherwise the ranges' CPU (wall-clock)
-durations. The table says which.
+durations. The table says which. Durations and ratios read as in every table (`report.numbers`).
 """
 
 from __future__ import annotations
@@ -22,17 +25,16 @@ from __future__ import annotations
 import bisect
 import statistics
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from ..capture.chrome import RangeRecord
-from .chrome_trace import load_chrome_trace
-from ..core.errors import CaptureFileError
 from ..core.profiling import step_number
-from .nsys_report import REPORT_SUFFIXES, read_report
+from ..core.table import text_table
+from .numbers import format_duration, format_ratio
+from .reader import Ranges
 from .records import module_range
 
-__all__ = ["BackendRun", "Timing", "BackendRow", "BackendsTable", "read_run", "compare_backends", "render_backends",
-           "format_ns", "format_ratio", "GPU_TIME", "CPU_TIME"]  # fmt: skip
+__all__ = ["BackendRun", "Timing", "BackendRow", "BackendsTable", "compare_backends", "render_backends",
+           "GPU_TIME", "CPU_TIME"]  # fmt: skip
 
 GPU_TIME = "GPU-projected time"
 CPU_TIME = "CPU time"
@@ -41,15 +43,13 @@ PASSES = ("forward", "backward")
 
 @dataclass(frozen=True)
 class BackendRun:
-    """One backend's run: its ranges, and per range its GPU-projected ns (None: no GPU work).
+    """One backend's run: the ranges of its reports in the spec's domain, one rank's (`report.reader.read_ranges`).
 
-    gpu_ns is None when the run's reports hold no CUDA kernels. failure: why
-    the run gave no table (e.g. its exit status and the tail of its stderr).
+    failure: why the run gave no table (e.g. its exit status and the tail of its stderr).
     """
 
     backend: str
-    ranges: tuple[RangeRecord, ...] = ()
-    gpu_ns: tuple[int | None, ...] | None = None
+    ranges: Ranges = field(default_factory=lambda: Ranges(()))
     failure: str | None = None
 
 
@@ -93,40 +93,11 @@ class BackendsTable:
         raise KeyError((module, phase))
 
 
-def read_run(backend: str, paths: Sequence[str], *, domain: str | None, rank: int | None = None) -> BackendRun:
-    """The ranges of `domain` (None: NVTX's default domain) in a run's reports (nsys or capture JSON).
-
-    rank: keep only that rank's ranges where a capture names ranks (a range
-    of a process without ``RANK`` counts as rank 0); an nsys report holds one
-    rank's, chosen by its file name.
-
-    Raises `CaptureFileError` for a file that cannot be read.
-    """
-    ranges: list[RangeRecord] = []
-    gpu: list[int | None] = []
-    with_gpu = bool(paths)
-    for path in paths:
-        if str(path).endswith(REPORT_SUFFIXES):
-            report = read_report(path)
-            found = report.ranges
-            times: Sequence[int | None] = report.gpu_ns if report.gpu_ns is not None else (None,) * len(found)
-            with_gpu = with_gpu and report.gpu_ns is not None
-        elif str(path).endswith(".json"):
-            found = tuple(load_chrome_trace(path))
-            times, with_gpu = (None,) * len(found), False
-        else:
-            raise CaptureFileError(f"{path}: neither an nsys report ({', '.join(REPORT_SUFFIXES)}) nor a capture (.json)")
-        for record, time in zip(found, times):
-            if record.domain == domain and (rank is None or (record.rank or 0) == rank):
-                ranges.append(record)
-                gpu.append(time)
-    return BackendRun(backend, tuple(ranges), tuple(gpu) if with_gpu else None)
-
-
 def _measured(run: BackendRun, warmup: int, use_gpu: bool) -> tuple[dict[tuple[str, str], list[int]], tuple[int, ...], list[str]]:
     """Per (module, pass), the measured times of `run`; the step numbers measured; notes."""
     steps: dict[int, list[tuple[int, int, int]]] = {}  # pid -> (start, end, number), by start
-    for record in run.ranges:
+    records = run.ranges.records
+    for record in records:
         number = step_number(record.message)
         if number is not None:
             steps.setdefault(record.pid, []).append((record.start_ns, record.end_ns, number))
@@ -141,8 +112,8 @@ def _measured(run: BackendRun, warmup: int, use_gpu: bool) -> tuple[dict[tuple[s
     times: dict[tuple[str, str], list[int]] = {}
     measured: set[int] = set()
     outside = 0
-    gpu = run.gpu_ns if use_gpu and run.gpu_ns is not None else (None,) * len(run.ranges)
-    for record, gpu_ns in zip(run.ranges, gpu):
+    gpu = run.ranges.gpu_ns if use_gpu and run.ranges.gpu_ns is not None else (None,) * len(records)
+    for record, gpu_ns in zip(records, gpu):
         module = module_range(record)
         if module is None:
             continue
@@ -184,7 +155,7 @@ def compare_backends(runs: Sequence[BackendRun], *, baseline: str | None = None,
     if baseline not in backends:
         raise ValueError(f"baseline {baseline!r} is not one of the backends {', '.join(backends)}")
     ran = [run for run in runs if run.failure is None]
-    use_gpu = bool(ran) and all(run.gpu_ns is not None for run in ran)
+    use_gpu = bool(ran) and all(run.ranges.gpu_ns is not None for run in ran)
     per_backend: list[dict[tuple[str, str], list[int]]] = []
     steps: list[tuple[int, ...]] = []
     notes: list[str] = []
@@ -211,7 +182,7 @@ def compare_backends(runs: Sequence[BackendRun], *, baseline: str | None = None,
         )
         rows.append(BackendRow(module, phase, cells, tuple(_ratio(cell, cells[base]) for cell in cells)))
     rows.sort(key=lambda row: -_largest(row, base))
-    if not use_gpu and ran and any(run.gpu_ns is not None for run in ran):
+    if not use_gpu and ran and any(run.ranges.gpu_ns is not None for run in ran):
         notes.append("some reports hold CUDA kernels and some do not, so CPU times are shown for all")
     return BackendsTable(
         backends, baseline, GPU_TIME if use_gpu else CPU_TIME, tuple(rows), modules, tuple(steps), warmup,
@@ -223,20 +194,6 @@ def _largest(row: BackendRow, base: int) -> float:
     """The sort key: the largest ratio of a backend other than the baseline (-1 when there is none)."""
     found = [ratio for i, ratio in enumerate(row.ratios) if i != base and ratio is not None]
     return max(found, default=-1.0)
-
-
-def format_ns(ns: float) -> str:
-    """A duration for people: µs below 1 ms, else ms."""
-    if ns >= 1e6:
-        return f"{ns / 1e6:.2f} ms"
-    return f"{ns / 1e3:.1f} us"
-
-
-def format_ratio(ratio: float | None) -> str:
-    """A ratio with two decimals, or three significant digits below 0.1 (never a bare 0.00)."""
-    if ratio is None:
-        return "-"
-    return f"{ratio:.2f}" if ratio >= 0.1 else f"{ratio:.3g}"
 
 
 def _steps_text(numbers: Iterable[int]) -> str:
@@ -264,13 +221,10 @@ def render_backends(table: BackendsTable) -> str:
     for row in table.rows:
         cells = []
         for cell, failure in zip(row.times, table.failures):
-            cells.append("failed" if failure is not None else "missing" if cell is None else f"{format_ns(cell.median_ns)} ({cell.n})")
+            cells.append("failed" if failure is not None else "missing" if cell is None else f"{format_duration(cell.median_ns)} ({cell.n})")
         ratios = [format_ratio(row.ratios[i]) for i in others]
         body.append([row.module, row.phase, *cells, *ratios])
-    widths = [max(len(line[i]) for line in [head, *body]) for i in range(len(head))]
-    lines.append("")
-    for line in [head, ["-" * w for w in widths], *body]:
-        lines.append("  ".join([line[0].ljust(widths[0]), line[1].ljust(widths[1])] + [c.rjust(w) for c, w in zip(line[2:], widths[2:])]).rstrip())
+    lines += ["", text_table(head, body, "ll" + "r" * (len(head) - 2), rule=True)]
     if not table.rows and all(failure is not None for failure in table.failures):
         lines.append("(no module ranges: every run failed)")
     elif not table.rows:

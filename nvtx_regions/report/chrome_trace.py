@@ -1,6 +1,7 @@
 """Chrome Trace Event Format files read back: the ranges of a capture, checked event by event.
 
     records = load_chrome_trace("timeline.json")      # RangeRecord items, as report.nsys_report gives
+                                                      # (report.reader.read_ranges reads either)
     for event in complete_events("timeline.json"): ...
 
 What ``nvtx-regions capture -o FILE.json`` (`nvtx_regions.capture.chrome`)
@@ -191,19 +192,23 @@ def load_chrome_trace(source: TraceInput) -> list[RangeRecord]:
     ranges) are ranges (`complete_events`); times come back in whole
     nanoseconds (the file keeps microseconds to 3 decimals). Events of other
     producers load too: without ``args.domain`` the ``cat`` is the domain
-    (``"NVTX"``: the default domain, None), as `nvtx_regions.report.compare.load_ranges`
-    reads it. Raises `CaptureFileError` for a file that is not such a trace.
+    (``"NVTX"``: the default domain, None); a ``pid`` or ``tid`` that is not
+    an integer (PyTorch's profiler writes names there) becomes a negative
+    number, one per distinct value, which no real process or thread has.
+    Raises `CaptureFileError` for a file that is not such a trace.
     """
     out = []
+    named: dict[str, int] = {}  # a pid or tid that is not an integer -> its negative stand-in
+
+    def number(value: Any) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        return named.setdefault(json.dumps(value, sort_keys=True, default=repr), -1 - len(named))
+
     for ev in complete_events(source):
         if ev.ts_us is None:
             raise CaptureFileError(f"{_where(source)}: event {ev.index}: complete event {ev.name!r} has no 'ts'; {_FIX}")
-        pid, tid = ev.event.get("pid", 0), ev.event.get("tid", 0)
-        if not all(isinstance(n, int) and not isinstance(n, bool) for n in (pid, tid)):
-            raise CaptureFileError(
-                f"{_where(source)}: event {ev.index}: complete event {ev.name!r} needs integer 'pid' and 'tid' "
-                f"(not {_short(pid)}, {_short(tid)}); {_FIX}"
-            )
+        pid, tid = number(ev.event.get("pid", 0)), number(ev.event.get("tid", 0))
         args = ev.args
         category = args.get("nvtx_category")
         color = args.get("color")

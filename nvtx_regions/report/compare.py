@@ -3,36 +3,28 @@
     nvtx-regions compare eager.json thunder.json
     rows = compare("eager.json", "thunder.json"); print(render_table(rows, "eager", "thunder"))
 
-The inputs are Chrome Trace Event Format files (what ``nvtx-regions capture
--o file.json`` writes, and `nvtx_regions.capture.write_chrome_trace`), read by
-`report.chrome_trace`, or Nsight Systems reports (`report.nsys_report`): a JSON
-object with a ``traceEvents`` list, or a bare list of events. Complete
-events (``"ph": "X"``, push/pop ranges) count, each a range named ``name``
-lasting ``dur`` microseconds, in the domain ``args.domain`` if present, else
-``cat`` (``"NVTX"``: the default domain); so do nestable async pairs
-(``"b"``/``"e"`` with the same ``id``: NVTX start/end ranges), lasting from
-``b`` to ``e``. Every other phase (metadata, instants, ``B``/``E`` pairs) is
-not a range and is passed over; a complete event without
-a string ``name`` or with a ``dur`` that is not a number >= 0 is an error
-(`CaptureFileError`, naming the file and the event's index).
+Each side is a capture (Chrome Trace Event Format, what ``nvtx-regions capture
+-o file.json`` writes, or a trace already loaded) or an Nsight Systems report,
+read by `report.reader` into range records; a file that cannot be read is a
+`CaptureFileError` naming it (and, in a Chrome trace, the event).
+Durations and ratios read as in every table (`report.numbers`).
 
 Nothing here imports torch or thunder.
 """
 
 from __future__ import annotations
 
-import os
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.naming import ANY_DOMAIN, in_domain
+from ..core.naming import ANY_DOMAIN
 from ..core.table import text_table
-from .chrome_trace import TraceInput, complete_events
-from .nsys_report import REPORT_SUFFIXES, read_report
+from .numbers import format_duration, format_ratio
+from .reader import Source, read_file
 
-__all__ = ["CompareRow", "compare", "load_ranges", "render_table"]
+__all__ = ["CompareRow", "compare", "render_table"]
 
 
 @dataclass(frozen=True)
@@ -53,67 +45,37 @@ class CompareRow:
         return self.median_b_us / self.median_a_us
 
 
-def load_ranges(source: TraceInput, *, domain: Any = ANY_DOMAIN) -> list[tuple[str | None, str, float]]:
-    """(domain, name, duration in µs) of each complete event of a Chrome trace (a path or loaded JSON).
-
-    `domain` keeps only that domain's ranges (None: NVTX's default domain;
-    the default, `ANY_DOMAIN`: every domain).
-    An Nsight Systems report (``.nsys-rep``, or its ``.sqlite`` export) is
-    read with `report.nsys_report.read_report`.
-    Raises `CaptureFileError` for a file that is missing or not a Chrome
-    trace or an nsys report, naming the event for one that is not a
-    well-formed range (`nvtx_regions.report.chrome_trace.complete_events`).
-    """
-    if isinstance(source, (str, os.PathLike)) and os.fspath(source).endswith(REPORT_SUFFIXES):
-        ranges = read_report(source).ranges
-        return [(r.domain, r.message or "", r.duration_ns / 1000) for r in ranges if in_domain(r.domain, domain)]
-    events = complete_events(source)
-    return [(event.domain, event.name, event.dur_us) for event in events if in_domain(event.domain, domain)]
-
-
-def compare(a: TraceInput, b: TraceInput, *, domain: Any = ANY_DOMAIN) -> list[CompareRow]:
-    """One row per range name found in `a` or `b` (Chrome traces: paths or loaded JSON).
+def compare(a: Source, b: Source, *, domain: Any = ANY_DOMAIN) -> list[CompareRow]:
+    """One row per range name found in `a` or `b` (paths of captures or nsys reports, or loaded Chrome traces).
 
     Rows come in order of first occurrence in `a`, then the names only `b` has,
-    in their order there. `domain` restricts both sides to one NVTX domain
-    (as for `load_ranges`).
+    in their order there. `domain` keeps only that NVTX domain's ranges on
+    both sides (None: NVTX's default domain; the default, `ANY_DOMAIN`: every
+    domain). Raises `CaptureFileError` for a file that cannot be read.
     """
-    durations: dict[str, tuple[list[float], list[float]]] = {}
-    for side, trace in enumerate((a, b)):
-        for _, name, dur in load_ranges(trace, domain=domain):
-            durations.setdefault(name, ([], []))[side].append(dur)
+    durations: dict[str, tuple[list[int], list[int]]] = {}
+    for side, source in enumerate((a, b)):
+        for record in read_file(source, domain=domain).records:
+            durations.setdefault(record.message or "", ([], []))[side].append(record.duration_ns)
     return [
-        CompareRow(
-            name,
-            len(da),
-            len(db),
-            statistics.median(da) if da else None,
-            statistics.median(db) if db else None,
-        )
+        CompareRow(name, len(da), len(db), _median_us(da), _median_us(db))
         for name, (da, db) in durations.items()
     ]
 
 
+def _median_us(durations_ns: list[int]) -> float | None:
+    return statistics.median(durations_ns) / 1000 if durations_ns else None
+
+
 def _time(us: float | None) -> str:
-    if us is None:
-        return "-"
-    if us >= 1000:
-        return f"{us / 1000:.2f} ms"
-    return f"{us:.1f} us"
+    return "-" if us is None else format_duration(us * 1000)
 
 
 def render_table(rows: Iterable[CompareRow], a: str = "a", b: str = "b") -> str:
     """A plain-text table of `rows`, columns named after the captures `a` and `b`."""
     header = ("range", f"{a} n", f"{b} n", f"{a} median", f"{b} median", f"{b}/{a}")
     body = [
-        (
-            row.name,
-            str(row.count_a),
-            str(row.count_b),
-            _time(row.median_a_us),
-            _time(row.median_b_us),
-            "-" if row.ratio is None else f"{row.ratio:.2f}",
-        )
+        (row.name, str(row.count_a), str(row.count_b), _time(row.median_a_us), _time(row.median_b_us), format_ratio(row.ratio))
         for row in rows
     ]
     return text_table(header, body, "l" + "r" * 5)
