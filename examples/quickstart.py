@@ -34,7 +34,7 @@ def excerpt(trace_text: str, context: int = 1) -> str:
     lines = trace_text.splitlines()
     keep = set(range(min(len(lines), 12)))  # the signature
     for i, line in enumerate(lines):
-        if "nvtx_regions_" in line:
+        if line.lstrip().startswith("nvtx"):
             keep.update(range(i, min(len(lines), i + context + 1)))
     out, last = [], -1
     for i in sorted(keep):

@@ -122,18 +122,27 @@ def compile(
 def steps(iterable: Iterable[T], *, domain: str | None = DEFAULT_DOMAIN) -> Iterator[T]:
     """Each item of `iterable`, the loop body around it inside an NVTX range ``step N`` (N from 0).
 
+    While item N's body runs, the step clock (`runtime.clock`) is at N: the
+    ``steps a..b`` gates of every backend read it, so step N is this loop's
+    N-th iteration whatever the backend compiles or recompiles meanwhile.
     The range is pushed before an item is handed out and popped when the loop
     asks for the next one, or when it ends (``break`` and exceptions too:
     the generator is closed then). Its NVTX category is ``nvtx_regions.steps``
     (one row in a per-rule summary). `domain`: the spec's NVTX domain, so that
     ``nvtx-regions profile`` (and nsys's domain filter) sees the steps.
     """
-    from .emission.runtime import Domain
+    from .runtime.clock import StepLoop
+    from .runtime.domain import Domain
 
     marks = Domain(domain)
-    for number, item in enumerate(iterable):
-        marks.handle.push_range(marks.attributes(step_message(number), category=STEP_CATEGORY))
-        try:
-            yield item
-        finally:
-            marks.handle.pop_range()
+    loop = StepLoop()
+    try:
+        for number, item in enumerate(iterable):
+            loop.at(number)
+            marks.handle.push_range(marks.attributes(step_message(number), category=STEP_CATEGORY))
+            try:
+                yield item
+            finally:
+                marks.handle.pop_range()
+    finally:
+        loop.close()

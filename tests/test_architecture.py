@@ -26,11 +26,12 @@ ALLOWED: dict[str, set[str]] = {
     "language": {"core"},
     "attribution": {"core", "internals"},
     "selection": {"core", "language", "attribution", "internals"},
-    "emission": {"core", "language", "attribution", "selection", "internals"},
+    "runtime": {"core", "internals", "selection"},
+    "emission": {"core", "language", "attribution", "selection", "internals", "runtime"},
     "capture": {"core"},
-    "inductor": {"core", "internals", "language", "attribution", "selection", "emission"},
-    "report": {"core", "language", "attribution", "selection", "emission", "capture", "internals", "inductor"},
-    "commands": {"core", "language", "attribution", "selection", "emission", "capture", "report", "internals", "inductor"},
+    "inductor": {"core", "internals", "language", "attribution", "selection", "emission", "runtime"},
+    "report": {"core", "language", "attribution", "selection", "emission", "capture", "internals", "inductor", "runtime"},
+    "commands": {"core", "language", "attribution", "selection", "emission", "capture", "report", "internals", "inductor", "runtime"},
     "testing": {"core", "capture"},
 }
 # The public entry points at the top of the package may import anything.

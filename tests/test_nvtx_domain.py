@@ -14,10 +14,10 @@ import textwrap
 
 PROBE = textwrap.dedent("""
     import nvtx
-    from nvtx_regions.emission.runtime import Domain, _SKIP_PUSH, _push_pop, nvtx_domain
+    from nvtx_regions.runtime.domain import SKIP_PUSH, Domain, calls_of, nvtx_domain
     a, b = nvtx_domain("probe"), nvtx_domain("probe")
-    push, pop, arg = _push_pop(Domain("probe").handle)
-    print(type(nvtx.get_domain("probe")).__name__, type(a).__name__, a is b, push is _SKIP_PUSH,
+    push = calls_of(Domain("probe")).push
+    print(type(nvtx.get_domain("probe")).__name__, type(a).__name__, a is b, push is SKIP_PUSH,
           a.get_category_id("x") == a.get_category_id("x"))
 """)
 

@@ -73,10 +73,11 @@ def test_failed_call_frees_its_tensors_once_the_exception_is_dropped(transformed
 
 GATED_FIRST = """
 import nvtx, thunder, torch
+import nvtx_regions
 from nvtx_regions import NvtxProfileTransform, NvtxRegionsWarning, RegionOrderError, SelectorError, SelectorSyntaxError, parse
 from regions_kit import embed_net, emit, reports
 
-# The first range of the trace (the region, pushed by `enter`) is off until step 2.
+# The first range of the trace (the region) is off until step 2.
 t = NvtxProfileTransform('''
 late: steps 2.. and between first(op in <linear>)..last(op in <linear>)
 op in <linear, embedding>
@@ -87,7 +88,7 @@ good, bad = torch.tensor([1, 2, 3]), torch.tensor([1, 99, 3])
 d = nvtx.get_domain("d")
 d.push_range(d.get_event_attributes(message="session"))
 errors = []
-for step, ok in enumerate([False, True, False, True]):
+for step, ok in zip(nvtx_regions.steps(range(4), domain="clock"), [False, True, False, True]):
     try:
         jm(x, good if ok else bad)
     except IndexError:

@@ -1,6 +1,7 @@
 """Run-time behaviour of transformed traces, checked on the NVTX calls they make:
-rank and step gates (decided per call, without recompiling), recovery of the
-NVTX stack after a call raised, and calls from several threads at once.
+rank and step gates (decided per call from the rank and the step clock, without
+recompiling), recovery of the NVTX stack as a call raises, and calls from
+several threads at once.
 
 Each test runs a real model in a child process under `capture_subprocess`;
 the expected ranges come from the plan (`regions_kit.one_call`) and from the
@@ -32,6 +33,7 @@ run = kit.run_captured
 
 STEPS = """
 import thunder, torch
+import nvtx_regions
 from nvtx_regions import NvtxProfileTransform
 from regions_kit import emit, mlp, reports
 
@@ -43,15 +45,15 @@ steps 3.. and op in <matmul>
 ''', domain="steps")
 jm = thunder.jit(mlp(), transforms=[t])
 x = torch.randn(3, 8)
-for step in range(5):
+for step in nvtx_regions.steps(range(5), domain="clock"):
     y = jm(x)
-    if step != 1:  # the backward's own count of calls falls one behind from here on
+    if step != 1:  # no backward in step 1
         y.sum().backward()
 emit(reports=reports(t), cache_misses=thunder.cache_misses(jm), cache_hits=thunder.cache_hits(jm))
 """
 
 
-def test_step_gates_per_call_forward_and_backward_counted_apart():
+def test_step_gates_read_the_step_clock_forward_and_backward_alike():
     out, process = run(STEPS)
     # One compilation: gates open and close at run time.
     assert (out["cache_misses"], out["cache_hits"]) == (1, 4)
@@ -66,19 +68,19 @@ def test_step_gates_per_call_forward_and_backward_counted_apart():
     def backward_call(step: int) -> kit.Call:
         return kit.one_call(backward, lambda rule: (rule == 2 and step == 1) or (rule == 3 and step >= 3))
 
-    # Forward calls 0..4; backward calls 0..3 follow forward calls 0, 2, 3, 4.
+    # Steps 0..4, each a forward call; the backward, in the same step, reads the same step.
     expected = (
         forward_call(0) + backward_call(0)
         + forward_call(1)
-        + forward_call(2) + backward_call(1)
-        + forward_call(3) + backward_call(2)
-        + forward_call(4) + backward_call(3)
+        + forward_call(2) + backward_call(2)
+        + forward_call(3) + backward_call(3)
+        + forward_call(4) + backward_call(4)
     )  # fmt: skip
-    # That is: the mlp region (one level above the linears) in forward calls 1 and 2, the
-    # matmuls in backward calls 1 and 3.
+    # That is: the mlp region (one level above the linears) in steps 1 and 2; the matmuls in
+    # steps 3 and 4 (step 1, where `steps 1..1` opens them, has no backward).
     linears, with_mlp, matmuls = forward_call(0), kit.planned(forward), kit.planned(backward)
     assert [d for d, _ in linears] == [0, 0] and with_mlp == [(0, "mlp")] + kit.shifted(linears, 1)
-    assert expected == linears + with_mlp + with_mlp + matmuls + linears + linears + matmuls
+    assert expected == linears + with_mlp + with_mlp + linears + matmuls + linears + matmuls
     assert kit.captured(process, "steps") == {out["tid"]: expected}
 
 
@@ -113,6 +115,7 @@ def test_rank_gates_differ_between_torchrun_ranks():
 
 RAISES = """
 import nvtx, thunder, torch
+import nvtx_regions
 from nvtx_regions import NvtxProfileTransform
 from regions_kit import embed_net, emit, reports
 
@@ -127,21 +130,24 @@ good, bad = torch.tensor([1, 2, 3]), torch.tensor([1, 99, 3])
 
 # A range of the test's own, in the same domain, around all calls: a recovery
 # that pops too much closes it early, and one that pops too little nests the
-# next calls deeper.
+# next calls deeper. Another one where each error is caught: the failed call's
+# ranges are closed by then.
 d = nvtx.get_domain("d")
 d.push_range(d.get_event_attributes(message="session"))
 errors = []
-for step, ok in enumerate([False, True, False, False, True]):
+for step, ok in zip(nvtx_regions.steps(range(5), domain="clock"), [False, True, False, False, True]):
     try:
         jm(x, good if ok else bad).sum().backward()
     except IndexError as e:
+        d.push_range(d.get_event_attributes(message="caught"))
+        d.pop_range()
         errors.append((step, str(e)))
 d.pop_range()
 emit(reports=reports(t), errors=errors, cache_misses=thunder.cache_misses(jm))
 """
 
 
-def test_ranges_left_open_by_a_failed_call_are_closed_by_the_next_call():
+def test_a_failed_call_closes_its_ranges_as_the_exception_leaves_it():
     out, process = run(RAISES)
     assert out["errors"] == [[step, "index out of range in self"] for step in (0, 2, 3)]
     assert out["cache_misses"] == 1
@@ -157,11 +163,12 @@ def test_ranges_left_open_by_a_failed_call_are_closed_by_the_next_call():
     assert forward_call(0, False) == [(0, "net"), (1, fc1), (1, emb)]
     assert forward_call(2, False) == [(0, "net"), (1, "late"), (2, fc1), (2, emb)]
     assert forward_call(4, True) == kit.planned(forward) == [(0, "net"), (1, "late"), (2, fc1), (2, emb), (2, fc2)]
+    caught = [(0, "caught")]
     calls = (
-        forward_call(0, False)
+        forward_call(0, False) + caught
         + forward_call(1, True) + kit.planned(backward)
-        + forward_call(2, False)
-        + forward_call(3, False)
+        + forward_call(2, False) + caught
+        + forward_call(3, False) + caught
         + forward_call(4, True) + kit.planned(backward)
     )  # fmt: skip
     assert kit.captured(process, "d") == {out["tid"]: [(0, "session")] + kit.shifted(calls, 1)}
@@ -198,7 +205,7 @@ emit(reports=reports(t), mlp=reports(t_mlp), errors=errors, cache_misses=thunder
 """
 
 
-def test_failed_call_is_recovered_by_the_next_call_of_any_trace_in_the_domain():
+def test_a_failed_call_leaves_nothing_open_for_the_next_call_of_any_trace_in_the_domain():
     out, process = run(RAISES_THEN_OTHER_TRACE)
     assert out["errors"] == ["fails", "fails"]
     assert out["cache_misses"] == 2
@@ -222,12 +229,14 @@ def test_failed_call_is_recovered_by_the_next_call_of_any_trace_in_the_domain():
 THREADS = """
 import sys, threading
 import thunder, torch
+import nvtx_regions
 from thunder.executors.custom_op_ex import custom_op_ex
 from thunder.torch.custom_op import _register_custom_op
 from nvtx_regions import NvtxProfileTransform
 from regions_kit import embed_net, emit, reports
 
 PLANS = PLANS_HERE
+CLOCKED = CLOCKED_HERE  # the threads that loop over nvtx_regions.steps: the step clock is theirs
 meet = None
 
 # An op inside the trace (inside the "net" range) that returns only once the
@@ -254,7 +263,8 @@ tids, errors, calls = {}, {}, {}
 def work(name):
     tids[name] = threading.get_native_id()
     errors[name] = calls[name] = 0
-    for ok in PLANS[name]:
+    plan = PLANS[name]
+    for ok in (nvtx_regions.steps(plan, domain="clock") if name in CLOCKED else plan):
         try:
             jm(x, good if ok else bad).sum().backward()
         except IndexError:
@@ -274,9 +284,11 @@ emit(reports=reports(t), tids=tids, errors=errors, calls=calls, cache_misses=thu
 UNGATED = "net: between first(op in <linear>)..last(op in <linear>)\nop in <linear, embedding, matmul>"
 
 
-def _threads(plans: dict[str, list[bool]], spec: str = UNGATED):
-    """Run the THREADS child: one thread per plan, each making one call per entry (False: a failing call)."""
-    out, process = run(THREADS.replace("PLANS_HERE", repr(plans)).replace("SPEC_HERE", repr(spec)))
+def _threads(plans: dict[str, list[bool]], spec: str = UNGATED, clocked: tuple[str, ...] = ()):
+    """Run the THREADS child: one thread per plan, each making one call per entry (False: a failing call);
+    the threads named in `clocked` make their calls in a `nvtx_regions.steps` loop."""
+    code = THREADS.replace("PLANS_HERE", repr(plans)).replace("SPEC_HERE", repr(spec)).replace("CLOCKED_HERE", repr(clocked))
+    out, process = run(code)
     assert out["calls"] == {name: len(plan) for name, plan in plans.items()}
     assert out["errors"] == {name: plan.count(False) for name, plan in plans.items()}
     assert out["cache_misses"] == 1
@@ -285,9 +297,9 @@ def _threads(plans: dict[str, list[bool]], spec: str = UNGATED):
     # Both threads waited for each other inside the "net" range, so their calls overlapped:
     # one pushed while the other had a range open.
     ops = out["ops"]
-    enter = ops.index("nvtx_regions_enter")
+    first_push = ops.index("nvtx_regions_push")
     last_pop = max(i for i, op in enumerate(ops) if op == "nvtx_regions_pop")
-    assert enter < ops.index("nvtx_regions_tests_rendezvous") < last_pop
+    assert first_push < ops.index("nvtx_regions_tests_rendezvous") < last_pop
     assert kit.overlapping_pushes(process.events, out["tids"].values()) > 0, "the threads' calls never overlapped; the test proves nothing"
     return out, forward, backward, tree
 
@@ -313,35 +325,32 @@ def test_failure_on_one_thread_is_recovered_on_that_thread_only():
 
 
 def test_two_threads_one_gated_function_each_call_gated_as_a_whole():
-    """Step gates open and close while the other thread's call is in flight
-    (both wait for each other inside the "net" range): each call emits either
-    all its gated ranges or none, and exactly the calls of the gates' steps
-    emit them. Swapping the function's globals at each call's start cut ranges
-    short in the call in flight, or left them open."""
+    """Step gates open and close while the other thread's call is in flight (both wait for
+    each other inside the "net" range; thread a's `steps` loop moves the clock): each call
+    emits either all its gated ranges or none, and thread a's calls emit them exactly in the
+    gates' steps. Swapping the function's globals at each call's start cut ranges short in
+    the call in flight, or left them open."""
     calls = 12
     ops = "op in <linear, embedding, matmul>"
-    # Open at steps 1, 3-5 and 9. The threads' calls go in pairs (each waits for the other), steps
-    # (1, 2), (3, 4), ...: the gate opens or closes within the pairs (1, 2), (5, 6) and (9, 10).
+    # Open at steps 1, 3-5 and 9 of thread a's loop.
     spec = f"net: between first(op in <linear>)..last(op in <linear>)\nsteps 1..1 and {ops}\nsteps 3..5 and {ops}\nsteps 9..9 and {ops}"
-    out, forward, backward, tree = _threads({"a": [True] * calls, "b": [True] * calls}, spec)
+    out, forward, backward, tree = _threads({"a": [True] * calls, "b": [True] * calls}, spec, clocked=("a",))
     on = kit.planned(forward), kit.planned(backward)
     off = kit.one_call(forward, lambda rule: rule == 0), kit.one_call(backward, lambda rule: rule == 0)
     assert on[0] != off[0] and on[1] != off[1]
-    # The compiling call is step 0, gate closed; in the threads, forward steps 1-24.
+    # The compiling call, before any loop or optimizer step, is at step 0: gates closed.
     assert tree[out["tid"]] == off[0] + off[1]
-    forward_on = backward_on = 0
     for name in ("a", "b"):
         events = tree[out["tids"][name]]
-        n = 0
-        for _ in range(calls):
+        n, opened_in = 0, []
+        for call in range(calls):
             for phase, (opened, closed) in enumerate(zip(on, off)):
                 if events[n : n + len(opened)] == opened:
                     n += len(opened)
-                    forward_on += phase == 0
-                    backward_on += phase == 1
+                    opened_in.append((call, phase))
                 else:
                     assert events[n : n + len(closed)] == closed, f"thread {name}: a call neither gated on nor off"
                     n += len(closed)
         assert n == len(events)
-    # Forward and backward count their calls apart; each has 5 of its threaded calls in the gates' steps.
-    assert (forward_on, backward_on) == (5, 5)
+        if name == "a":  # forward and backward of steps 1, 3, 4, 5 and 9
+            assert opened_in == [(step, phase) for step in (1, 3, 4, 5, 9) for phase in (0, 1)]

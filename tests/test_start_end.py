@@ -13,6 +13,7 @@ gates cover them; two `between` regions that cross still raise.
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import thunder
@@ -127,28 +128,29 @@ def test_crossing_calls_become_start_end_ranges(nvtx_capture):
 
 
 def test_a_failed_call_leaves_no_start_end_range_open(nvtx_capture):
-    """The embedding raises inside both start/end ranges; the next call ends them, then runs whole."""
+    """The embedding raises inside both start/end ranges; the failed call ends them as it raises."""
     model, transform = jitted("each module <a, b>", "se_fail")
     model(*inputs()).sum().backward()
     assert {r.style for r in transform.reports[0].plan.ranges} == {"StartEnd"}
     with nvtx_capture() as events:
         with pytest.raises(IndexError):
             model(*inputs(bad=True))
+        caught = time.monotonic_ns()
         model(*inputs()).sum().backward()
     ours = [e for e in events if e.domain == "se_fail"]
     check_balanced(ours)  # every start ended, every push popped
     ranges = start_end_ranges(ours)
     assert [r.message for r in ranges] == ["a", "b", "a", "b"]
     failed, good = ranges[:2], ranges[2:]
-    # The failed call's ranges end when the next call starts, before its own.
-    assert all(r.end_ns is not None and r.end_ns <= good[0].start_ns for r in failed)
+    # The failed call's ranges end before its exception reaches the caller.
+    assert all(r.end_ns is not None and r.end_ns <= caught for r in failed)
     assert good[0].start_ns < good[1].start_ns < good[0].end_ns < good[1].end_ns
 
 
 def test_gates_cover_start_end_ranges(nvtx_capture):
     model, _ = jitted("each module <a, b> and steps 1..1 and forward", "se_gate")
     with nvtx_capture() as events:
-        for _ in range(3):
+        for _ in nvtx_regions.steps(range(3), domain="se_gate_clock"):
             model(*inputs()).sum().backward()
     ours = [e for e in events if e.domain == "se_gate"]
     check_balanced(ours)

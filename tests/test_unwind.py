@@ -1,11 +1,9 @@
-"""Where a failed call stopped (emission/runtime.py): every push and pop line
-of a transformed trace is followed by plain stores into the call (the range
-pushed, the pops since), the same text on every Python.
+"""A range is one push line and one pop line, and a failed call closes what it opened
+(runtime/ranges.py): the line it stopped at, in the traceback, says which ranges were open.
 
-Checked against the trace text (an independent count of its push and pop
-lines) and, in real NVTX captures, by a call that fails after hundreds of
-points inside nested ranges, followed by a good call: the failed call's
-ranges must be popped exactly.
+Checked against the trace text (an independent count of its push and pop lines) and, in
+real NVTX captures, by a call that fails after hundreds of lines inside nested ranges,
+followed by a good call: the failed call's ranges must be popped exactly.
 """
 
 from __future__ import annotations
@@ -50,47 +48,37 @@ def forward_source(layers: int, spec: str, domain: str, messages: str = "python"
     return thunder.last_traces(model)[-1].python()
 
 
-PUSH = re.compile(r"^(nvtx_push|nvtx_call\.gate_\d+_push)\((nvtx_range_\d+), nvtx_domain\)")
-POP = re.compile(r"^(nvtx_pop|nvtx_call\.gate_\d+_pop)\(\)$")
+PUSH = re.compile(r"^(nvtx_push|nvtx_gates\.g\d+_push)\((nvtx_range_\d+), nvtx_domain\)")
+POP = re.compile(r"^(nvtx_pop|nvtx_gates\.g\d+_pop)\(\)$")
 
 
-def test_every_push_and_pop_line_stores_how_far_the_call_got():
-    """Reference: a push line is followed by the stores of the attributes it pushed and of
-    a 0, a pop line by the store of how many pop lines ran since the last push line; no
-    other line stores into the call."""
+def test_a_range_is_one_push_line_and_one_pop_line():
+    """Reference: the trace's NVTX lines are its pushes and pops, balanced, one per range, and one
+    line that decides the call's gates, before them all; nothing else (no stores)."""
     spec = "op in <linear>\nr: between first(all)..last(all)\nsteps 1.. and op in <tanh>"
-    lines = [line.strip().split("  #")[0] for line in forward_source(40, spec, "uw_stores").splitlines()]
-    depth = pops = stores = 0
-    for n, line in enumerate(lines):
-        if (push := PUSH.match(line)) is not None:
-            assert lines[n + 1 : n + 3] == [f"nvtx_call.pushed = {push.group(2)}", "nvtx_call.pops = 0"], line
-            depth, pops, stores = depth + 1, 0, stores + 2
-        elif POP.match(line):
-            pops += 1
-            assert lines[n + 1] == f"nvtx_call.pops = {pops}", line
-            depth, stores = depth - 1, stores + 1
-    assert stores == 3 * (40 + 40 + 1) and depth == 0  # linears', tanhs' and r's ranges
-    assert sum(line.startswith("nvtx_call.") and " = " in line for line in lines) == stores
-    assert sum(line.startswith("nvtx_call.gate_1_push(") for line in lines) == 40  # the gated tanhs count too
+    lines = [line.strip().split("  #")[0] for line in forward_source(40, spec, "uw_lines").splitlines()]
+    ours = [line for line in lines if line.startswith("nvtx")]
+    assert ours[0] == "nvtx_gates = nvtx_enter()"
+    depth = pushes = 0
+    for line in ours[1:]:
+        if PUSH.match(line):
+            depth, pushes = depth + 1, pushes + 1
+        else:
+            assert POP.match(line), line
+            depth -= 1
+            assert depth >= 0
+    assert pushes == 40 + 40 + 1 and depth == 0  # linears', tanhs' and r's ranges
+    assert sum(line.startswith("nvtx_gates.g1_push(") for line in ours) == 40  # the gated tanhs count too
 
 
 EXPECTED_LINES = """\
-nvtx_call = nvtx_enter()
+nvtx_gates = nvtx_enter()
 nvtx_push(nvtx_range_0, nvtx_domain)  # "chain"
-nvtx_call.pushed = nvtx_range_0
-nvtx_call.pops = 0
 nvtx_push(nvtx_range_1, nvtx_domain)  # "layers.0: linear"
-nvtx_call.pushed = nvtx_range_1
-nvtx_call.pops = 0
 nvtx_pop()
-nvtx_call.pops = 1
-nvtx_call.gate_1_push(nvtx_range_2, nvtx_domain)  # "Chain: tanh"
-nvtx_call.pushed = nvtx_range_2
-nvtx_call.pops = 0
-nvtx_call.gate_1_pop()
-nvtx_call.pops = 1
-nvtx_pop()
-nvtx_call.pops = 2"""
+nvtx_gates.g1_push(nvtx_range_2, nvtx_domain)  # "Chain: tanh"
+nvtx_gates.g1_pop()
+nvtx_pop()"""
 
 
 def test_the_lines_read_one_statement_each_the_same_on_every_python():
@@ -122,7 +110,7 @@ def test_a_call_that_fails_after_hundreds_of_points_pops_exactly_what_it_pushed(
     assert failed.message == "r" and failed.end_ns is not None  # the failed call's region, popped
     assert failed.end_ns <= good.start_ns
     # Inside the failed call's region: the ops that ran, then `late` holding the embedding's
-    # own range, each closed -- by the recovery, for `late`, the embedding and `r`.
+    # own range, each closed -- as the call raised, for `late`, the embedding and `r`.
     assert [c.message for c in failed.children[-1:]] == ["late"]
     assert len(failed.children[-1].children) == 1 and "embedding" in failed.children[-1].children[0].message
     assert len(failed.children) == len(good.children)

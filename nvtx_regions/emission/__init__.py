@@ -1,8 +1,7 @@
-"""Ranges that really happen: the thunder transform (`transform`: configuration
+"""Two of the three emitters: the thunder transform (`transform`: configuration
 and thunder's entry point; `rewrite`: the new trace with push and pop bound
-symbols; `nothing_selected`: when to say a rule selected nothing), the run-time
-state the rewritten trace calls and its recovery after a failed call
-(`runtime`), and the same rules as hooks on an
-eager model (`eager_rules`: which module calls; `eager`: the hooks). Imports
-the layers below.
+symbols; `nothing_selected`: when to say a rule selected nothing), and the same
+rules as hooks on an eager model (`eager_rules`: which module calls; `eager`:
+the hooks). What their lines and hooks call at run time is `nvtx_regions.runtime`.
+Imports the layers below.
 """

@@ -55,7 +55,8 @@ from ..core.globs import name_matcher, path_matcher
 from ..language.parse import parse, spec_from_arguments
 from ..selection.unselected import nearest, report_unselected
 from .eager_rules import EagerRule, eager_rules, modules_above
-from .runtime import Domain, current_rank
+from ..runtime.clock import current_rank
+from ..runtime.domain import Domain
 
 __all__ = ["annotate", "EagerAnnotation"]
 

@@ -41,7 +41,7 @@ from ..selection.compile import CompiledSpec, compile_spec
 from ..selection.plan import Plan, make_plan
 from .nothing_selected import NothingSelectedCheck
 from .rewrite import annotate_trace
-from .runtime import Domain
+from ..runtime.domain import Domain
 
 MESSAGE_STYLES = ("python", "module")
 

@@ -23,7 +23,8 @@ from __future__ import annotations
 import itertools
 from typing import Any, Sequence
 
-from ..emission.runtime import Domain, current_rank
+from ..runtime.clock import current_rank
+from ..runtime.domain import Domain
 from ..selection.compile import Gate
 
 __all__ = ["GraphRanges", "function_names"]

@@ -4,7 +4,8 @@ Each entry says which version it was checked on (`versions.TESTED`) and what
 breaks without it. Everything outside this sub-package uses public APIs only
 (tests/test_architecture.py checks it). It imports `core` only.
 
-- `patches`: every change made to thunder, with `install(markers)` (when the
+- `patches`: every change made to thunder (the guard around each trace's
+  callable among them), with `install(markers)` (when the
   first transform is made, never at import) and `uninstall()`; a patch that
   cannot be applied, or fails, is reported with what is lost.
 - `versions`: the tested thunder and torch versions, checked once at install.
@@ -14,9 +15,11 @@ breaks without it. Everything outside this sub-package uses public APIs only
 - `thunderfx`: what torch.fx and dynamo record (module calls of an FX node,
   static inputs, graph breaks at markers), and whether ThunderFX compiles now.
 - `thunder`: what thunder's bound symbols and traces carry (the records,
-  parameters, cotangents), and the bound symbols the transform builds.
+  parameters, cotangents), the bound symbols the transform builds, and the
+  guards around the callables thunder builds from its traces.
 - `frames`: frame walks and referrer searches (the caller's line, whether a
-  backward follows, a transform given to the wrong keyword).
+  backward follows, a transform given to the wrong keyword), and where a
+  failed call stopped (a traceback's frame, its line, its locals).
 - `autograd`: torch's private autograd state for the eager hooks.
 - `nvtx_calls`, `inductor`: nvtx's C functions for the runtime, and Inductor's
   internals (other modules of this sub-package, where present).

@@ -7,7 +7,10 @@ import os
 import sys
 from typing import Any
 
-__all__ = ["backward_follows", "ignored_jit_keyword", "line_outside_package", "outside_package"]
+__all__ = [
+    "backward_follows", "ignored_jit_keyword", "line_outside_package", "outside_package", "failed_frame",
+    "frame_locals", "lines_naming",
+]  # fmt: skip
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
@@ -78,3 +81,59 @@ def ignored_jit_keyword(transform: Any) -> tuple[str, str] | None:
                         fn = getattr(owner, "fn", None)
                         return getattr(fn, "__name__", type(fn).__name__), key
     return None
+
+
+def failed_frame(traceback: Any, name: str, value: Any) -> tuple[Any, int] | None:
+    """(frame, line it stopped at) of the first frame of `traceback` whose global `name` is `value`
+    (by identity): the generated function a failed call ran, or None.
+
+    CPython 3.10-3.13: ``tb_frame``, ``tb_lineno``, ``f_globals``. Without it a
+    call that raised could not say where it stopped, and its ranges stayed open.
+    """
+    while traceback is not None:
+        frame = traceback.tb_frame
+        if frame.f_globals.get(name) is value:
+            return frame, traceback.tb_lineno
+        traceback = traceback.tb_next
+    return None
+
+
+def frame_locals(frame: Any) -> dict[str, Any]:
+    """The local variables of `frame` (a frame a traceback holds: its function has stopped).
+
+    CPython 3.10-3.13: ``f_locals`` (a snapshot dict before 3.13, a read-through proxy after).
+    """
+    return dict(frame.f_locals)
+
+
+def lines_naming(code: Any, names: set[str]) -> list[tuple[int, str, bool]]:
+    """(source line, name, whether it stores) of each instruction of `code` that names one of
+    `names` (a global, an attribute or a local), in the code's order.
+
+    CPython 3.10-3.13 bytecode through `dis`: line numbers from ``line_number``
+    (3.13), ``positions`` (3.11, 3.12) or ``starts_line`` (3.10); 3.13's
+    superinstructions name two locals at once. Without it the line a failed
+    call stopped at could not be told apart from the lines around it.
+    """
+    import dis
+
+    found: list[tuple[int, str, bool]] = []
+    line = code.co_firstlineno
+    for instruction in dis.get_instructions(code):
+        number = getattr(instruction, "line_number", None)
+        if number is None:
+            positions = getattr(instruction, "positions", None)
+            number = positions.lineno if positions is not None else None
+        if number is None and type(instruction.starts_line) is int:
+            number = instruction.starts_line
+        if number is not None:
+            line = number
+        if isinstance(instruction.argval, tuple):  # e.g. STORE_FAST_LOAD_FAST: one store, one load
+            kinds = instruction.opname.split("_FAST_")
+            named = zip(instruction.argval, (kind.startswith("STORE") for kind in kinds))
+        else:
+            named = iter([(instruction.argval, instruction.opname.startswith("STORE"))])
+        for value, stores in named:
+            if isinstance(value, str) and value in names:
+                found.append((line, value, stores))
+    return found

@@ -1,5 +1,4 @@
-"""The nvtx package's private parts that a transformed trace calls, and the
-one frame walk its runtime needs (`emission.runtime`).
+"""The nvtx package's private parts that the generated lines call (`runtime.domain`).
 
 Checked on nvtx 0.2.17 with Python 3.11.7 and 3.12.1.
 """
@@ -7,10 +6,9 @@ Checked on nvtx 0.2.17 with Python 3.11.7 and 3.12.1.
 from __future__ import annotations
 
 import functools
-import sys
 from typing import Any, Callable
 
-__all__ = ["c_push_pop", "c_start_end", "unasked_domain", "local_on_this_stack"]
+__all__ = ["c_push_pop", "c_start_end", "unasked_domain"]
 
 
 def c_push_pop() -> tuple[Callable[[Any, Any], Any], Callable[[Any], Any]] | None:
@@ -53,7 +51,7 @@ def unasked_domain(name: str | None) -> Any:
     ``DummyDomain`` when the answer is no; ``__init__`` only fills in the rest,
     around the ``DomainHandle`` set here. Nsight Systems 2022.4 does not
     implement that question and answers no, so without this every range would
-    be silently lost under it (see `emission.runtime.nvtx_domain`).
+    be silently lost under it (see `runtime.domain.nvtx_domain`).
     """
     from nvtx._lib.lib import Domain, DomainHandle
 
@@ -61,19 +59,3 @@ def unasked_domain(name: str | None) -> Any:
     domain.handle = DomainHandle(name)
     domain.__init__(name)
     return domain
-
-
-def local_on_this_stack(name: str, value: Any) -> bool:
-    """Whether a frame on this thread's stack holds `value` (by identity) in its local `name`.
-
-    Python 3.11-3.12: ``sys._getframe`` and ``f_locals``. Only frames whose code has a
-    local `name` are looked into. Without it, a call of a transformed trace that
-    starts inside another (on the same thread) could not tell the outer call,
-    still running, from one that raised, and would close the outer call's ranges.
-    """
-    frame = sys._getframe(1)
-    while frame is not None:
-        if name in frame.f_code.co_varnames and frame.f_locals.get(name) is value:
-            return True
-        frame = frame.f_back
-    return False

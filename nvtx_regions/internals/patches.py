@@ -107,6 +107,25 @@ def _thunderfx_compiler(undo: _Undo, markers: MarkerRecorder) -> None:
     undo.setattr(ThunderCompiler, "__call__", __call__)
 
 
+def _guarded_callables(undo: _Undo, markers: MarkerRecorder) -> None:
+    # thunder 0.2.6 builds what it runs from each final trace with TraceCtx.python_callable
+    # (thunder/__init__.py: the computation and backward callables of a cache entry).
+    from thunder.core.trace import TraceCtx
+
+    from .thunder import call_guards
+
+    original = TraceCtx.python_callable
+
+    def python_callable(self, *args, **kwargs):
+        function = original(self, *args, **kwargs)
+        for guard in call_guards(self):
+            function = guard.wrap(function)
+        return function
+
+    python_callable.__wrapped__ = original  # type: ignore[attr-defined]
+    undo.setattr(TraceCtx, "python_callable", python_callable)
+
+
 PATCHES = (
     Patch(
         "thunder.core.trace.TraceCtx.set_current_source_location",
@@ -124,6 +143,11 @@ PATCHES = (
         "thunder.dynamo.compiler.ThunderCompiler.__call__",
         "no warning says when torch.compile breaks its graph at one of the model's NVTX markers",
         _thunderfx_compiler,
+    ),
+    Patch(
+        "thunder.core.trace.TraceCtx.python_callable",
+        "a call that raises leaves the ranges it opened open, and later ranges on its thread nest inside them",
+        _guarded_callables,
     ),
 )
 

@@ -130,3 +130,26 @@ def cotangent_names(trace: Any) -> frozenset[str]:
         if bsym.sym.name == "unpack_sequence" and bsym.args and getattr(bsym.args[0], "name", None) == collection:
             return frozenset(p.name for p in bsym.flat_proxy_outs if hasattr(p, "name"))
     return frozenset()
+
+
+class CallGuard:
+    """What a transform adds around the callable thunder builds from its trace: `wrap(function)`
+    gives the callable thunder runs. Bound as a global of one of the transform's bound symbols
+    (`bind_with_globals`), where `call_guards` finds it."""
+
+    def __init__(self, wrap: Any) -> None:
+        self.wrap = wrap
+
+
+def call_guards(trace: Any) -> list[CallGuard]:
+    """The `CallGuard`s bound to `trace`'s bound symbols (each once), in trace order.
+
+    thunder 0.2.6: a bound symbol's globals are its ``_call_ctx``. Without it a
+    trace's callable runs unguarded: a call that raises leaves its ranges open.
+    """
+    found: dict[int, CallGuard] = {}
+    for bsym in trace.bound_symbols:
+        for value in (getattr(bsym, "_call_ctx", None) or {}).values():
+            if isinstance(value, CallGuard):
+                found.setdefault(id(value), value)
+    return list(found.values())

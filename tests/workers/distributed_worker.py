@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 from regions_kit import emit, mlp, open_llama, open_llama_inputs, reports
 
+import nvtx_regions
 from nvtx_regions import NvtxProfileTransform
 
 # Collectives as thunder 0.2.6's torch executor names them.
@@ -137,7 +138,7 @@ def main(modes: list[str]) -> None:
     if "gates" in modes:
         t = NvtxProfileTransform(GATES_SPEC, domain="gates")
         jm = thunder.jit(mlp(), transforms=[t])
-        for _ in range(3):
+        for _ in nvtx_regions.steps(range(3), domain="gates_steps"):  # the step clock
             jm(x).sum().backward()
         out["gates"] = reports(t)
         out["gates_cache_misses"] = thunder.cache_misses(jm)

@@ -1,0 +1,91 @@
+"""The step clock that every ``steps a..b`` gate reads, and this process's rank.
+
+Step N means the same on every backend:
+
+- Inside a `nvtx_regions.steps` loop, the step is that loop's iteration
+  number, from 0 (the innermost loop's, when loops nest).
+- Outside every such loop, the step is the number of ``optimizer.step()``
+  calls (of any ``torch.optim`` optimizer) made in this process since
+  nvtx_regions started counting: when the first model was compiled or
+  annotated, the first transform or backend made, or the first `steps` loop
+  started, whichever came first.
+
+Nothing else moves it: a recompile, a graph break, an evaluation or
+inference call, a micro-batch or a backward pass leaves the step where it is.
+A gate is decided when a call starts (a trace's or a wrapper's call, a root
+module's forward), so one call's ranges are all in or all out.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from typing import Any
+
+__all__ = ["current_step", "current_rank", "start_counting", "StepLoop", "moved"]
+
+_lock = threading.Lock()
+_loops: list[StepLoop] = []  # the `steps` loops running, outermost first
+_optimizer_steps = 0
+_moved = False  # whether the clock ever left step 0
+_counting = False
+
+
+class StepLoop:
+    """One `nvtx_regions.steps` loop's place on the clock: `at(n)` as it hands out item n, `close()` when it ends."""
+
+    def __init__(self) -> None:
+        self.step = 0
+        start_counting()
+        with _lock:
+            _loops.append(self)
+
+    def at(self, step: int) -> None:
+        global _moved
+        self.step = step
+        if step:
+            _moved = True
+
+    def close(self) -> None:
+        with _lock:
+            if self in _loops:
+                _loops.remove(self)
+
+
+def current_step() -> int:
+    """The step the clock is at (see the module doc)."""
+    return _loops[-1].step if _loops else _optimizer_steps
+
+
+def moved() -> bool:
+    """Whether the clock ever left step 0 in this process."""
+    return _moved
+
+
+def _optimizer_stepped(optimizer: Any, args: Any, kwargs: Any) -> None:
+    global _optimizer_steps, _moved
+    _optimizer_steps += 1
+    _moved = True
+
+
+def start_counting() -> None:
+    """Count optimizer steps from now on (once per process): torch's global optimizer step hook."""
+    global _counting
+    if _counting:
+        return
+    with _lock:
+        if _counting:
+            return
+        _counting = True
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    register_optimizer_step_post_hook(_optimizer_stepped)
+
+
+def current_rank() -> int:
+    """This process's distributed rank: torch.distributed's if initialized, else $RANK, else 0."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return dist.get_rank()
+    return int(os.environ.get("RANK", "0") or 0)
