@@ -41,6 +41,7 @@ from ..selection.compile import CompiledSpec, compile_spec
 from ..selection.plan import Plan, make_plan
 from .nothing_selected import NothingSelectedCheck
 from .rewrite import annotate_trace
+from ..runtime.clock import start_counting
 from ..runtime.domain import Domain
 
 MESSAGE_STYLES = ("python", "module")
@@ -137,6 +138,7 @@ class NvtxProfileTransform(Transform):
         # Module attribution needs the modules running while thunder traces,
         # which starts after this (or after unpickling): record them from now on.
         install_module_recorder()
+        start_counting()  # optimizer steps, for `steps a..b` outside a `steps` loop
         self.spec: Spec = spec
         self.compiled: CompiledSpec = compile_spec(spec)
         text = render(self.spec).replace("\n", "; ")
