@@ -1,13 +1,15 @@
-"""The fixed cost per call of a transformed trace: its ``nvtx_call = nvtx_enter()``
-line and one range, against thunder's own cost per range (one push + one pop).
+"""The fixed cost per call of a transformed trace and one range, against thunder's own cost
+per range (one push + one pop).
 
 The workload is a one-op function, ``x * 2`` on 4 floats, compiled three times:
-with no transform ("none"), with ours selecting its one op ("ours": `enter`,
-then the one range's push and pop lines, each with its store, so its overhead
-is the fixed cost and one range) and with thunder's `NvtxProfileTransform` ("thunder":
-one range). The computation functions are called directly, without thunder's
-prologue and cache lookup, so that a difference of a few hundred nanoseconds is
-not lost in tens of microseconds of dispatch. Each timing covers a batch of calls.
+with no transform ("none"), with ours selecting its one op ("ours": the guard
+around the trace's callable, which closes the ranges of a call that raises,
+then the one range's push and pop lines, so its overhead is the fixed cost and
+one range) and with thunder's `NvtxProfileTransform` ("thunder": one range).
+The computation functions are called directly (each variant's
+``python_callable()``: ours with its guard), without thunder's prologue and
+cache lookup, so that a difference of a few hundred nanoseconds is not lost in
+tens of microseconds of dispatch. Each timing covers a batch of calls.
 """
 
 from __future__ import annotations

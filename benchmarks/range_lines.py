@@ -1,4 +1,4 @@
-"""What the recovery bookkeeping costs per range, on any Python (no torch, no thunder).
+"""What recovery bookkeeping would cost per range, on any Python (no torch, no thunder).
 
     python benchmarks/range_lines.py            # any interpreter: 3.11, 3.12, ...
 
@@ -6,12 +6,14 @@ Times generated functions shaped like transformed traces, with the NVTX calls
 replaced by the C no-ops the runtime uses when no tool is attached (``{}.get``
 and ``id``), so only the lines' own cost shows:
 
-- ``bare``: ``push(attributes, domain)`` / ``pop(domain)``, no bookkeeping;
+- ``bare``: ``push(attributes, domain)`` / ``pop(domain)``, no bookkeeping: the
+  lines now (a failed call finds where it stopped from its traceback, see
+  runtime/ranges.py);
 - ``progress list``: the lines before issue 16, ``...; progress.append(0)`` /
   ``...; progress.pop()``;
-- ``plain store``: the lines now, a push followed by ``call.pushed = attributes``
-  and ``call.pops = 0``, a pop by ``call.pops = 1``: stores into slots of the
-  call's object (see emission/runtime.py).
+- ``plain store``: the lines of issue 21, a push followed by ``call.pushed =
+  attributes`` and ``call.pops = 0``, a pop by ``call.pops = 1``: stores into
+  slots of a per-call object.
 
 A small, cache-resident function: it shows the lines' own cost, not what a
 large trace adds through the cache.
@@ -32,7 +34,7 @@ REPEATS = 41
 
 
 class Call:
-    __slots__ = ("pushed", "pops")  # as emission/runtime.py's Call
+    __slots__ = ("pushed", "pops")  # as issue 21's per-call object
 
 
 def build(kind: str):
@@ -42,7 +44,7 @@ def build(kind: str):
             lines += ["  push(attributes, domain)", "  pop(domain)"]
         elif kind == "progress list":
             lines += ["  push(attributes, domain); progress.append(0)", "  pop(domain); progress.pop()"]
-        else:  # as emission/rewrite.py writes them
+        else:  # as issue 21's emission/rewrite.py wrote them
             lines += ["  push(attributes, domain)", "  call.pushed = attributes", "  call.pops = 0", "  pop(domain)", "  call.pops = 1"]
     namespace: dict = {"Call": Call}
     exec(compile("\n".join(lines), f"<{kind}>", "exec"), namespace)

@@ -377,7 +377,7 @@ def report(results: dict, lang: list[dict], plan: dict, info: dict) -> tuple[str
     if fixed:
         out("## 5. Fixed cost per call of a trace\n")
         out("A one-op function (`x * 2`, 4 floats) with our transform selecting its one op: the call's "
-            "`nvtx_call = nvtx_enter()` line, then the one range's push and pop lines with their stores, so the "
+            "guard (which closes what a call that raises left open), then the one range's push and pop lines, so the "
             "overhead against no transform is the fixed cost per call and one range. thunder's transform on the same function gives its cost per range (push + pop). The "
             "computation functions are called directly (no prologue); CPU time per call, median over rounds of "
             "paired differences (see benchmarks/fixed_cost.py).\n")
