@@ -437,12 +437,60 @@ def test_rules_with_no_meaning_under_inductor_are_refused(text, why):
     assert why in message
 
 
-def test_an_unsupported_torch_gets_our_error(monkeypatch):
-    from nvtx_regions.inductor import NvtxInductor, UnsupportedTorchError
+def test_this_torch_has_every_part_of_inductor_we_reach_into():
+    from nvtx_regions.internals import inductor as internals
 
-    monkeypatch.setattr(torch, "__version__", "2.9.1+cpu")
-    with pytest.raises(UnsupportedTorchError, match=r"checked on for torch 2\.11 only; this is torch 2\.9\.1\+cpu"):
+    assert internals.missing_reaches() == []
+
+
+def _without_enter_context(monkeypatch):
+    from torch._inductor.scheduler import Scheduler
+
+    monkeypatch.delattr(Scheduler, "enter_context")
+
+
+def _without_kernel_call_line(monkeypatch):
+    from torch._inductor.codegen import wrapper
+
+    monkeypatch.delattr(wrapper, "KernelCallLine")
+
+
+def _compile_fx_without_inner_compile(monkeypatch):
+    import torch._inductor.compile_fx as compile_fx
+
+    monkeypatch.setattr(compile_fx, "compile_fx", lambda model, example_inputs, config_patches=None: None)
+
+
+def _without_cpp_flush(monkeypatch):
+    from torch._inductor.codegen.cpp import CppScheduling
+
+    monkeypatch.delattr(CppScheduling, "flush")
+
+
+@pytest.mark.parametrize(
+    "remove, named",
+    [
+        (_without_enter_context, "torch._inductor.scheduler.Scheduler.enter_context(node)"),
+        (_without_kernel_call_line, "torch._inductor.codegen.wrapper.KernelCallLine.kernel_name"),
+        (_compile_fx_without_inner_compile, "torch._inductor.compile_fx.compile_fx(inner_compile=, config_patches=)"),
+        (_without_cpp_flush, "torch._inductor.codegen.cpp.CppScheduling.flush()"),
+    ],
+)
+def test_a_torch_without_a_part_we_reach_into_gets_our_error_naming_it(monkeypatch, remove, named):
+    # No version gate: what is checked is the parts themselves, when a backend is made.
+    from nvtx_regions.inductor import NvtxInductor, UnsupportedTorchError
+    from nvtx_regions.internals import inductor as internals
+
+    NvtxInductor(TINY_SPEC)
+    remove(monkeypatch)
+    monkeypatch.setattr(internals, "_reaches_present", False)
+    with pytest.raises(UnsupportedTorchError) as error:
         NvtxInductor(TINY_SPEC)
+    message = str(error.value)
+    assert f"that torch {torch.__version__} lacks: {named} (without it: " in message, message
+    assert message.count("(without it: ") == 1, message
+    assert "checked on torch 2.11 and 2.14: install one of those, or annotate eagerly with nvtx_regions.eager.annotate" in message
+    assert isinstance(error.value, RuntimeError)
 
 
 def test_reduce_overhead_gets_one_warning_and_no_range():

@@ -14,12 +14,15 @@ Promises:
   spec (``transformer.h.0``, ``transformer.h.0 (backward)``): an Inductor
   profile compares with an eager or a thunder one module by module.
 - Inductor's caches (FX graph, AOTAutograd) key the graph by the spec, the
-  domain and the graph's module stacks too (a do-nothing post-grad pass
-  whose ``uuid()`` names them), so a cache hit returns code with this spec's
-  ranges for these modules, and a plain ``torch.compile`` never gets them.
+  domain, the graph's module stacks and this build of nvtx_regions too (a
+  do-nothing post-grad pass whose ``uuid()`` names them), so a cache hit
+  returns code with this spec's ranges for these modules, placed by this
+  build, and a plain ``torch.compile`` never gets them.
 - Where Inductor runs no Python wrapper per call (CUDA graphs,
   ``mode="reduce-overhead"``; ``cpp_wrapper``/AOTInductor) no range can be
   placed: one `NvtxRegionsWarning` says so, and the graph compiles without.
+- Made on a torch that lacks a part of Inductor it reaches into, it raises
+  `UnsupportedTorchError` naming what is missing (`internals.inductor.REACHES`).
 - Rules with no meaning under Inductor raise `SelectorError` here
   (`inductor.check`); rules that select nothing in any graph compiled so far
   warn (or, with ``strict=True``, raise) once.
@@ -81,7 +84,7 @@ class NvtxInductor:
         strict: bool = False,
         options: dict[str, Any] | None = None,
     ) -> None:
-        internals.check_torch_version()
+        internals.check_reaches()
         parsed = spec_from_arguments(select, spec)
         if parsed is None:
             raise SelectorError("NvtxInductor needs a spec: pass select='each module <...>' or spec='file.nvtx'")
