@@ -99,11 +99,29 @@ def test_between_first_and_last_and_phases():
     assert plan.empty
 
 
-def test_module_paths_from_dynamo_sources():
-    assert module_path("L['self'].transformer.h.0.attn") == "transformer.h.0.attn"
-    assert module_path("L['self'].h[0]") == "h.0"
-    assert module_path("L['self']._modules['h']['0']") == "h.0"
-    assert module_path("L['self']") == ""
+@pytest.mark.parametrize(
+    "source, path",
+    [
+        # The compiled frame's root, however it reaches the model: `self` of a plain forward,
+        # an argument of a `forward(*args)` (transformers 5.x's decorated forwards), a local,
+        # a global, a keyword argument.
+        ("L['self']", ""),
+        ("L['self'].transformer.h.0.attn", "transformer.h.0.attn"),
+        ("L['args'][0]", ""),
+        ("L['args'][0].model.layers.0", "model.layers.0"),
+        ("L['args'][0].model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.q_proj"),
+        ("L['mod'].blocks.1", "blocks.1"),
+        ("G['model'].encoder.layer.0", "encoder.layer.0"),
+        ('G["model"].encoder', "encoder"),
+        ("L['kwargs']['m'].layers.1", "layers.1"),
+        # Subscripts past the root are path components.
+        ("L['self'].h[0]", "h.0"),
+        ("L['self']._modules['h']['0']", "h.0"),
+        ("L['args'][0]._modules['model'].layers[1]", "model.layers.1"),
+    ],
+)
+def test_module_paths_from_dynamo_sources(source, path):
+    assert module_path(source) == path
 
 
 def test_a_refusal_is_our_selector_error_naming_the_rule():

@@ -291,15 +291,20 @@ def module_digest(gm: Any) -> str:
 
 # -- FX origins ------------------------------------------------------------------
 
-_SOURCE_ROOT = re.compile(r"^[LG]\[['\"][^'\"]*['\"]\]")
+# The compiled frame's local or global that holds the root module, with the subscripts that pick it
+# out of an argument (``L['args'][0]``: a ``forward`` that takes ``*args``, as transformers' decorated
+# ones do; ``L['kwargs']['model']``).
+_SOURCE_ROOT = re.compile(r"^[LG]\[['\"][^'\"]*['\"]\](?:\[[^\]]*\])*")
 _ITEM = re.compile(r"\[['\"]?([^'\"\]]*)['\"]?\]")
 
 
 def module_path(source: str) -> str:
-    """A module's path as ``named_modules()`` gives it, from Dynamo's source name of it.
+    """A module's path as ``named_modules()`` gives it, from Dynamo's source name of it, whatever
+    the compiled frame calls the root.
 
-    ``L['self'].transformer.h.0`` -> ``transformer.h.0``; ``L['self'].h[0]`` and
-    ``L['self']._modules['h']['0']`` -> ``h.0``. (2.11 writes the first form.)
+    ``L['self'].transformer.h.0`` -> ``transformer.h.0``; ``L['args'][0].model.layers.0`` ->
+    ``model.layers.0``; ``L['self'].h[0]`` and ``L['self']._modules['h']['0']`` -> ``h.0``.
+    (2.11 and 2.14 write the first two forms.)
     """
     path = _SOURCE_ROOT.sub("", source)
     path = _ITEM.sub(lambda m: "." + m.group(1), path).replace("._modules.", ".")
