@@ -4,7 +4,8 @@ Every range test captures the NVTX calls that really happen, and compares them
 with what `nvtx_regions.eager.annotate` emits for the same spec on the same
 model. Compiles cost tens of seconds on these CPUs, so each compiled model is
 shared by the tests of a module-scoped fixture, and Inductor's cache is this
-module's own directory.
+module's own directory. No thunder here: the GPT is examples/gpt.py's, and
+Hugging Face models are in tests/test_huggingface.py.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import gpt_inputs, loss_of, make_gpt, require_nsys
+from conftest import gpt_inputs, loss_of, require_nsys
 from nvtx_regions import NvtxRegionsWarning, SelectorError
 from nvtx_regions.eager import annotate
 from nvtx_regions.capture import is_attached
@@ -30,11 +31,13 @@ from nvtx_regions.testing import capture, capture_subprocess, check_balanced, st
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKERS = ROOT / "tests" / "workers"
-if str(WORKERS) not in sys.path:
-    sys.path.insert(0, str(WORKERS))
+for folder in (WORKERS, ROOT / "examples"):
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
 
+from gpt import small_gpt  # noqa: E402
 from inductor_steps import blocks_input, make_blocks  # noqa: E402
-from regions_kit import open_llama, open_llama_inputs, overlapping_pushes  # noqa: E402
+from regions_kit import overlapping_pushes  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:Full backward hook is firing:UserWarning")
 
@@ -148,9 +151,9 @@ def _eager_events(model, inputs, spec: str, steps: int = 2) -> list:
 def gpt():
     from nvtx_regions.inductor import NvtxInductor
 
-    annotated = _compile_and_run(make_gpt(), gpt_inputs, NvtxInductor(BLOCKS_SPEC))
-    plain = _compile_and_run(make_gpt(), gpt_inputs, "inductor")
-    return annotated, plain, _eager_events(make_gpt(), gpt_inputs, BLOCKS_SPEC)
+    annotated = _compile_and_run(small_gpt(), gpt_inputs, NvtxInductor(BLOCKS_SPEC))
+    plain = _compile_and_run(small_gpt(), gpt_inputs, "inductor")
+    return annotated, plain, _eager_events(small_gpt(), gpt_inputs, BLOCKS_SPEC)
 
 
 def test_gpt_block_ranges_are_eagers_in_order_and_balanced(gpt):
@@ -225,19 +228,6 @@ def test_explain_says_what_each_rule_selected(gpt):
     assert "rule 'each module <transformer.h.*>' (<select>:1): 2 range(s)" in text
     assert "'transformer.h.1 (backward)': kernels #" in text
     assert re.search(r"extern_kernels\.addmm\s+transformer\.h\.0\.attn", text)
-
-
-# -- litgpt's llama-like model ---------------------------------------------------------
-
-
-def test_llama_block_ranges_are_eagers_with_no_graph_break():
-    from nvtx_regions.inductor import NvtxInductor
-
-    annotated = _compile_and_run(open_llama(), open_llama_inputs, NvtxInductor(BLOCKS_SPEC))
-    eager = _eager_events(open_llama(), open_llama_inputs, BLOCKS_SPEC)
-    assert annotated.graph_breaks == 0
-    assert _ranges(annotated.events) == _ranges(eager) == GPT_STEP * 2
-    assert _pushes(annotated.events) == _pushes(eager)
 
 
 # -- a small model: cache, graph breaks, gates, op rules --------------------------------
