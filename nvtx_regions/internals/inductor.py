@@ -320,22 +320,25 @@ class Origin:
     # The module calls running when it was traced, outermost first: (call key, path, class name);
     # in a backward graph, those of the forward node it is the gradient of.
     modules: tuple[tuple[str, str, str], ...]
-    # In a backward graph: computed from saved forward values alone, no gradient (Inductor may
-    # schedule such a node anywhere, e.g. first). Always False in a forward graph.
+    # Computes nothing from what the graph is called with each step (`_static_nodes`): a constant;
+    # in a backward graph, anything that depends on no incoming gradient. Inductor may schedule
+    # such a node anywhere (e.g. first), and dedupes constants across the graph.
     static: bool = False
 
 
-def _gradient_free(graph: Any) -> set[Any]:
-    """The nodes of a backward FX graph that depend on no incoming gradient: AOTAutograd names
-    the backward's gradient inputs ``tangents_<n>`` (2.11); the rest of its inputs are saved values."""
-    free: set[Any] = set()
+def _static_nodes(graph: Any, phase: str) -> set[Any]:
+    """The nodes of an FX graph that compute nothing from its inputs: in a forward, those that
+    depend on no input (``full``, ``arange``, constants); in a backward, those that depend on
+    no incoming gradient. AOTAutograd names a backward's gradient inputs ``tangents_<n>``
+    (2.11, 2.14); the rest of its inputs are saved forward values."""
+    static: set[Any] = set()
     for node in graph.nodes:
         if node.op == "placeholder":
-            if not node.name.startswith("tangents"):
-                free.add(node)
-        elif all(arg in free for arg in node.all_input_nodes):
-            free.add(node)
-    return free
+            if phase == "backward" and not node.name.startswith("tangents"):
+                static.add(node)
+        elif all(arg in static for arg in node.all_input_nodes):
+            static.add(node)
+    return static
 
 
 def _origin(node: Any, phase: str, static: bool = False) -> Origin:
@@ -493,16 +496,25 @@ def uninstall() -> None:
     _saved.clear()
 
 
-def _kernel_name(line: Any) -> str | None:
-    """The kernel a wrapper line calls, or None for a line that calls none (memory planning, comments)."""
+def _kernel(line: Any) -> tuple[str, tuple[Any, ...] | None] | None:
+    """The kernel a wrapper line calls and, for an extern kernel, the FX node it is the result of;
+    None for a line that calls none (memory planning, comments).
+
+    An extern kernel's ``origins`` hold every FX node inlined into its arguments: a Linear's
+    ``mm`` lists the norm that feeds it, so by its origins it belongs to their common parent.
+    Its ``origin_node`` is the node whose lowering made it (2.11, 2.14: set by
+    ``ir.assign_origin_node`` for a result that is not a view; None for a fallback's
+    multi-output kernel, which keeps its origins).
+    """
     from torch._inductor.codegen import wrapper
 
     if isinstance(line, wrapper.KernelCallLine):
-        return line.kernel_name
+        return line.kernel_name, None
     if isinstance(line, (wrapper.ExternKernelOutLine, wrapper.ExternKernelAllocLine)):
         node = line.node
         name = getattr(node, "python_kernel_name", None) or node.get_kernel_name()
-        return str(name).removeprefix("torch.ops.")
+        own = node.get_origin_node()
+        return str(name).removeprefix("torch.ops."), None if own is None else (own,)
     return None
 
 
@@ -525,17 +537,18 @@ def _split(wrapper: Any, phase: str) -> list[WrapperKernel]:
                 current = outer.pop() if outer else ()
             run, start = None, len(kept)
             continue
-        name = _kernel_name(line)
+        called = _kernel(line)
         index = len(kept)
         kept.append(line)
-        if name is not None and run is None:
-            run = [name, current, start, index]
+        if called is not None and run is None:
+            name, own = called
+            run = [name, own or current, start, index]
             kernels.append(run)
         elif run is not None:
             run[3] = index
     wrapper.lines = kept
     origins_of: dict[Any, Origin] = {}
-    free_in: dict[int, set[Any]] = {}
+    static_in: dict[int, set[Any]] = {}
 
     def convert(nodes: tuple[Any, ...]) -> tuple[Origin, ...]:
         out = []
@@ -543,10 +556,10 @@ def _split(wrapper: Any, phase: str) -> list[WrapperKernel]:
             if node not in origins_of:
                 static = False
                 graph = getattr(node, "graph", None)
-                if phase == "backward" and graph is not None:
-                    if id(graph) not in free_in:
-                        free_in[id(graph)] = _gradient_free(graph)
-                    static = node in free_in[id(graph)]
+                if graph is not None:
+                    if id(graph) not in static_in:
+                        static_in[id(graph)] = _static_nodes(graph, phase)
+                    static = node in static_in[id(graph)]
                 origins_of[node] = _origin(node, phase, static)
             out.append(origins_of[node])
         return tuple(out)
