@@ -15,6 +15,7 @@ import difflib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -254,8 +255,9 @@ def tiny(tmp_path_factory):
     return directory, annotated, _eager_events(make_blocks(), _tiny_inputs, TINY_SPEC)
 
 
-def _worker(directory: Path, spec: str, steps: int = 2):
-    env = {"TORCHINDUCTOR_CACHE_DIR": str(directory), "TORCHINDUCTOR_COMPILE_THREADS": "1", "PYTHONPATH": str(ROOT)}
+def _worker(directory: Path, spec: str, steps: int = 2, *, build: Path = ROOT):
+    """Run tests/workers/inductor_steps.py under the capture tool, with the nvtx_regions of `build`."""
+    env = {"TORCHINDUCTOR_CACHE_DIR": str(directory), "TORCHINDUCTOR_COMPILE_THREADS": "1", "PYTHONPATH": str(build)}
     result = capture_subprocess(
         [sys.executable, str(WORKERS / "inductor_steps.py"), spec, str(steps)], env=env, timeout=400, cwd=ROOT
     ).check()
@@ -272,6 +274,26 @@ def test_a_second_process_hits_the_cache_and_still_emits_the_ranges(tiny):
     directory, _, _ = tiny
     result, counts = _worker(directory, TINY_SPEC)
     assert counts["fx_misses"] == 0 and (counts["fx_hits"] > 0 or counts["aot_hits"] > 0), counts
+    assert _ranges(result.events) == TINY_STEP * 2
+
+
+def test_a_wrapper_cached_by_another_build_of_nvtx_regions_is_a_miss(tiny, tmp_path):
+    # Any file of the package may change what a wrapper gets (which kernel belongs to which
+    # module, what a rule selects), not only the code that writes the lines: a build that
+    # differs by one comment in selection/ must not be served this build's wrappers.
+    directory, _, _ = tiny
+    same, other = tmp_path / "same", tmp_path / "other"
+    for build in (same, other):
+        shutil.copytree(ROOT / "nvtx_regions", build / "nvtx_regions", ignore=shutil.ignore_patterns("__pycache__"))
+    with open(other / "nvtx_regions" / "selection" / "plan.py", "a", encoding="utf-8") as stream:
+        stream.write("# another build\n")
+    # The same build elsewhere hits: the key is the package's contents, not where it lies.
+    result, counts = _worker(directory, TINY_SPEC, build=same)
+    assert counts["package"] == str(same / "nvtx_regions"), counts
+    assert counts["fx_misses"] == 0 and (counts["fx_hits"] > 0 or counts["aot_hits"] > 0), counts
+    result, counts = _worker(directory, TINY_SPEC, build=other)
+    assert counts["package"] == str(other / "nvtx_regions"), counts
+    assert counts["fx_misses"] > 0 and counts["fx_hits"] == counts["aot_hits"] == 0, counts
     assert _ranges(result.events) == TINY_STEP * 2
 
 
