@@ -452,9 +452,9 @@ def test_rules_with_no_meaning_under_inductor_are_refused(text, why):
 
 
 def test_this_torch_has_every_part_of_inductor_we_reach_into():
-    from nvtx_regions.internals import inductor as internals
+    from nvtx_regions.internals import inductor_reaches as reaches
 
-    assert internals.missing_reaches() == []
+    assert reaches.missing_reaches() == []
 
 
 def _without_enter_context(monkeypatch):
@@ -493,11 +493,11 @@ def _without_cpp_flush(monkeypatch):
 def test_a_torch_without_a_part_we_reach_into_gets_our_error_naming_it(monkeypatch, remove, named):
     # No version gate: what is checked is the parts themselves, when a backend is made.
     from nvtx_regions.inductor import NvtxInductor, UnsupportedTorchError
-    from nvtx_regions.internals import inductor as internals
+    from nvtx_regions.internals import inductor_reaches as reaches
 
     NvtxInductor(TINY_SPEC)
     remove(monkeypatch)
-    monkeypatch.setattr(internals, "_reaches_present", False)
+    monkeypatch.setattr(reaches, "_reaches_present", False)
     with pytest.raises(UnsupportedTorchError) as error:
         NvtxInductor(TINY_SPEC)
     message = str(error.value)

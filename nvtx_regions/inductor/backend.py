@@ -22,7 +22,7 @@ Promises:
   ``mode="reduce-overhead"``; ``cpp_wrapper``/AOTInductor) no range can be
   placed: one `NvtxRegionsWarning` says so, and the graph compiles without.
 - Made on a torch that lacks a part of Inductor it reaches into, it raises
-  `UnsupportedTorchError` naming what is missing (`internals.inductor.REACHES`).
+  `UnsupportedTorchError` naming what is missing (`internals.inductor_reaches`).
 - Rules with no meaning under Inductor raise `SelectorError` here
   (`inductor.check`); rules that select nothing in any graph compiled so far
   warn (or, with ``strict=True``, raise) once.
