@@ -15,6 +15,7 @@ No thunder here: the file runs wherever torch and transformers do.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import warnings
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from nvtx_regions.testing import capture, range_tree, start_end_ranges  # noqa: 
 from test_inductor import _needs_capture, _ranges, inductor_cache  # noqa: E402, F401  (a fixture: this module's own cache)
 
 STEPS = 2
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def require_transformers():
@@ -189,3 +191,15 @@ def test_the_loss_kernels_belong_to_no_layer(run):
     for kernel in kernels:
         path = kernel.chain[-1].path if kernel.chain else ""
         assert not any(path == layer or path.startswith(layer + ".") for layer in run.layers), (kernel.name, path)
+
+
+def test_the_docs_example_runs_and_emits_each_layers_ranges():
+    require_transformers()
+    _needs_capture()
+    text = (ROOT / "docs" / "inductor.md").read_text(encoding="utf-8")
+    (example,) = re.findall(r"<!-- test: huggingface-example -->\s*```python\n(.*?)```", text, flags=re.S)
+    torch._dynamo.reset()
+    with capture() as events:
+        exec(compile(example, "docs/inductor.md", "exec"), {"__name__": "__main__"})
+    step = ["model.layers.0", "model.layers.1", "model.layers.1 (backward)", "model.layers.0 (backward)"]
+    assert _ranges(list(events)) == step * 2
