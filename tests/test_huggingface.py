@@ -128,7 +128,7 @@ def _layer_ranges(events, layers) -> list[tuple[int | None, str]]:
              for r in _walk(roots)]  # fmt: skip
     spans += [(r.start_ns, None, r.message) for r in start_end_ranges(events, domain="nvtx_regions")]
     names = {*layers, *(f"{layer} (backward)" for layer in layers)}
-    return [(depth, message) for _, depth, message in sorted(spans) if message in names]
+    return [(depth, message) for _, depth, message in sorted(spans, key=lambda span: span[0]) if message in names]
 
 
 def _walk(ranges):
