@@ -4,7 +4,8 @@ Every range test captures the NVTX calls that really happen, and compares them
 with what `nvtx_regions.eager.annotate` emits for the same spec on the same
 model. Compiles cost tens of seconds on these CPUs, so each compiled model is
 shared by the tests of a module-scoped fixture, and Inductor's cache is this
-module's own directory.
+module's own directory. No thunder here: the GPT is examples/gpt.py's, and
+Hugging Face models are in tests/test_huggingface.py.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import difflib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -22,7 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import gpt_inputs, loss_of, make_gpt, require_nsys
+from conftest import gpt_inputs, loss_of, require_nsys
 from nvtx_regions import NvtxRegionsWarning, SelectorError
 from nvtx_regions.eager import annotate
 from nvtx_regions.capture import is_attached
@@ -30,11 +32,13 @@ from nvtx_regions.testing import capture, capture_subprocess, check_balanced, st
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKERS = ROOT / "tests" / "workers"
-if str(WORKERS) not in sys.path:
-    sys.path.insert(0, str(WORKERS))
+for folder in (WORKERS, ROOT / "examples"):
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
 
+from gpt import small_gpt  # noqa: E402
 from inductor_steps import blocks_input, make_blocks  # noqa: E402
-from regions_kit import open_llama, open_llama_inputs, overlapping_pushes  # noqa: E402
+from regions_kit import overlapping_pushes  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:Full backward hook is firing:UserWarning")
 
@@ -148,9 +152,9 @@ def _eager_events(model, inputs, spec: str, steps: int = 2) -> list:
 def gpt():
     from nvtx_regions.inductor import NvtxInductor
 
-    annotated = _compile_and_run(make_gpt(), gpt_inputs, NvtxInductor(BLOCKS_SPEC))
-    plain = _compile_and_run(make_gpt(), gpt_inputs, "inductor")
-    return annotated, plain, _eager_events(make_gpt(), gpt_inputs, BLOCKS_SPEC)
+    annotated = _compile_and_run(small_gpt(), gpt_inputs, NvtxInductor(BLOCKS_SPEC))
+    plain = _compile_and_run(small_gpt(), gpt_inputs, "inductor")
+    return annotated, plain, _eager_events(small_gpt(), gpt_inputs, BLOCKS_SPEC)
 
 
 def test_gpt_block_ranges_are_eagers_in_order_and_balanced(gpt):
@@ -224,20 +228,9 @@ def test_explain_says_what_each_rule_selected(gpt):
     assert "graph 0 (forward)" in text and "graph 0 (backward)" in text
     assert "rule 'each module <transformer.h.*>' (<select>:1): 2 range(s)" in text
     assert "'transformer.h.1 (backward)': kernels #" in text
-    assert re.search(r"extern_kernels\.addmm\s+transformer\.h\.0\.attn", text)
-
-
-# -- litgpt's llama-like model ---------------------------------------------------------
-
-
-def test_llama_block_ranges_are_eagers_with_no_graph_break():
-    from nvtx_regions.inductor import NvtxInductor
-
-    annotated = _compile_and_run(open_llama(), open_llama_inputs, NvtxInductor(BLOCKS_SPEC))
-    eager = _eager_events(open_llama(), open_llama_inputs, BLOCKS_SPEC)
-    assert annotated.graph_breaks == 0
-    assert _ranges(annotated.events) == _ranges(eager) == GPT_STEP * 2
-    assert _pushes(annotated.events) == _pushes(eager)
+    # An extern kernel is its own FX node's: c_attn's addmm, though ln_1's output is inlined into it.
+    assert re.search(r"extern_kernels\.addmm\s+transformer\.h\.0\.attn\.c_attn$", text, flags=re.M)
+    assert re.search(r"extern_kernels\.addmm\s+transformer\.h\.1\.mlp\.c_proj$", text, flags=re.M)
 
 
 # -- a small model: cache, graph breaks, gates, op rules --------------------------------
@@ -262,8 +255,9 @@ def tiny(tmp_path_factory):
     return directory, annotated, _eager_events(make_blocks(), _tiny_inputs, TINY_SPEC)
 
 
-def _worker(directory: Path, spec: str, steps: int = 2):
-    env = {"TORCHINDUCTOR_CACHE_DIR": str(directory), "TORCHINDUCTOR_COMPILE_THREADS": "1", "PYTHONPATH": str(ROOT)}
+def _worker(directory: Path, spec: str, steps: int = 2, *, build: Path = ROOT):
+    """Run tests/workers/inductor_steps.py under the capture tool, with the nvtx_regions of `build`."""
+    env = {"TORCHINDUCTOR_CACHE_DIR": str(directory), "TORCHINDUCTOR_COMPILE_THREADS": "1", "PYTHONPATH": str(build)}
     result = capture_subprocess(
         [sys.executable, str(WORKERS / "inductor_steps.py"), spec, str(steps)], env=env, timeout=400, cwd=ROOT
     ).check()
@@ -280,6 +274,26 @@ def test_a_second_process_hits_the_cache_and_still_emits_the_ranges(tiny):
     directory, _, _ = tiny
     result, counts = _worker(directory, TINY_SPEC)
     assert counts["fx_misses"] == 0 and (counts["fx_hits"] > 0 or counts["aot_hits"] > 0), counts
+    assert _ranges(result.events) == TINY_STEP * 2
+
+
+def test_a_wrapper_cached_by_another_build_of_nvtx_regions_is_a_miss(tiny, tmp_path):
+    # Any file of the package may change what a wrapper gets (which kernel belongs to which
+    # module, what a rule selects), not only the code that writes the lines: a build that
+    # differs by one comment in selection/ must not be served this build's wrappers.
+    directory, _, _ = tiny
+    same, other = tmp_path / "same", tmp_path / "other"
+    for build in (same, other):
+        shutil.copytree(ROOT / "nvtx_regions", build / "nvtx_regions", ignore=shutil.ignore_patterns("__pycache__"))
+    with open(other / "nvtx_regions" / "selection" / "plan.py", "a", encoding="utf-8") as stream:
+        stream.write("# another build\n")
+    # The same build elsewhere hits: the key is the package's contents, not where it lies.
+    result, counts = _worker(directory, TINY_SPEC, build=same)
+    assert counts["package"] == str(same / "nvtx_regions"), counts
+    assert counts["fx_misses"] == 0 and (counts["fx_hits"] > 0 or counts["aot_hits"] > 0), counts
+    result, counts = _worker(directory, TINY_SPEC, build=other)
+    assert counts["package"] == str(other / "nvtx_regions"), counts
+    assert counts["fx_misses"] > 0 and counts["fx_hits"] == counts["aot_hits"] == 0, counts
     assert _ranges(result.events) == TINY_STEP * 2
 
 
@@ -437,12 +451,60 @@ def test_rules_with_no_meaning_under_inductor_are_refused(text, why):
     assert why in message
 
 
-def test_an_unsupported_torch_gets_our_error(monkeypatch):
-    from nvtx_regions.inductor import NvtxInductor, UnsupportedTorchError
+def test_this_torch_has_every_part_of_inductor_we_reach_into():
+    from nvtx_regions.internals import inductor_reaches as reaches
 
-    monkeypatch.setattr(torch, "__version__", "2.9.1+cpu")
-    with pytest.raises(UnsupportedTorchError, match=r"checked on for torch 2\.11 only; this is torch 2\.9\.1\+cpu"):
+    assert reaches.missing_reaches() == []
+
+
+def _without_enter_context(monkeypatch):
+    from torch._inductor.scheduler import Scheduler
+
+    monkeypatch.delattr(Scheduler, "enter_context")
+
+
+def _without_kernel_call_line(monkeypatch):
+    from torch._inductor.codegen import wrapper
+
+    monkeypatch.delattr(wrapper, "KernelCallLine")
+
+
+def _compile_fx_without_inner_compile(monkeypatch):
+    import torch._inductor.compile_fx as compile_fx
+
+    monkeypatch.setattr(compile_fx, "compile_fx", lambda model, example_inputs, config_patches=None: None)
+
+
+def _without_cpp_flush(monkeypatch):
+    from torch._inductor.codegen.cpp import CppScheduling
+
+    monkeypatch.delattr(CppScheduling, "flush")
+
+
+@pytest.mark.parametrize(
+    "remove, named",
+    [
+        (_without_enter_context, "torch._inductor.scheduler.Scheduler.enter_context(node)"),
+        (_without_kernel_call_line, "torch._inductor.codegen.wrapper.KernelCallLine.kernel_name"),
+        (_compile_fx_without_inner_compile, "torch._inductor.compile_fx.compile_fx(inner_compile=, config_patches=)"),
+        (_without_cpp_flush, "torch._inductor.codegen.cpp.CppScheduling.flush()"),
+    ],
+)
+def test_a_torch_without_a_part_we_reach_into_gets_our_error_naming_it(monkeypatch, remove, named):
+    # No version gate: what is checked is the parts themselves, when a backend is made.
+    from nvtx_regions.inductor import NvtxInductor, UnsupportedTorchError
+    from nvtx_regions.internals import inductor_reaches as reaches
+
+    NvtxInductor(TINY_SPEC)
+    remove(monkeypatch)
+    monkeypatch.setattr(reaches, "_reaches_present", False)
+    with pytest.raises(UnsupportedTorchError) as error:
         NvtxInductor(TINY_SPEC)
+    message = str(error.value)
+    assert f"that torch {torch.__version__} lacks: {named} (without it: " in message, message
+    assert message.count("(without it: ") == 1, message
+    assert "checked on torch 2.11 and 2.14: install one of those, or annotate eagerly with nvtx_regions.eager.annotate" in message
+    assert isinstance(error.value, RuntimeError)
 
 
 def test_reduce_overhead_gets_one_warning_and_no_range():

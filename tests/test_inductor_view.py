@@ -13,7 +13,7 @@ import pytest
 from nvtx_regions import parse
 from nvtx_regions.core.errors import SelectorError
 from nvtx_regions.inductor.kernels import kernel_view
-from nvtx_regions.internals.inductor import Origin, WrapperKernel, check_torch_version, module_path
+from nvtx_regions.internals.inductor import Origin, WrapperKernel, module_path
 from nvtx_regions.selection.compile import compile_spec
 from nvtx_regions.selection.plan import make_plan
 
@@ -22,8 +22,9 @@ H1 = (("k1", "h.1", "Block"),)
 H0_FC = (*H0, ("k2", "h.0.fc", "Linear"))
 
 
-def _kernel(number: int, name: str, *origins: tuple[str, tuple]) -> WrapperKernel:
-    return WrapperKernel(name, tuple(Origin(f"n{number}_{i}", op, modules) for i, (op, modules) in enumerate(origins)),
+def _kernel(number: int, name: str, *origins: tuple) -> WrapperKernel:
+    """A kernel of `origins`: (aten op, modules) or (aten op, modules, static)."""
+    return WrapperKernel(name, tuple(Origin(f"n{number}_{i}", *origin) for i, origin in enumerate(origins)),
                          2 * number, 2 * number + 1)  # fmt: skip
 
 
@@ -99,20 +100,101 @@ def test_between_first_and_last_and_phases():
     assert plan.empty
 
 
-def test_module_paths_from_dynamo_sources():
-    assert module_path("L['self'].transformer.h.0.attn") == "transformer.h.0.attn"
-    assert module_path("L['self'].h[0]") == "h.0"
-    assert module_path("L['self']._modules['h']['0']") == "h.0"
-    assert module_path("L['self']") == ""
+@pytest.mark.parametrize(
+    "source, path",
+    [
+        # The compiled frame's root, however it reaches the model: `self` of a plain forward,
+        # an argument of a `forward(*args)` (transformers 5.x's decorated forwards), a local,
+        # a global, a keyword argument.
+        ("L['self']", ""),
+        ("L['self'].transformer.h.0.attn", "transformer.h.0.attn"),
+        ("L['args'][0]", ""),
+        ("L['args'][0].model.layers.0", "model.layers.0"),
+        ("L['args'][0].model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.q_proj"),
+        ("L['mod'].blocks.1", "blocks.1"),
+        ("G['model'].encoder.layer.0", "encoder.layer.0"),
+        ('G["model"].encoder', "encoder"),
+        ("L['kwargs']['m'].layers.1", "layers.1"),
+        # Subscripts past the root are path components.
+        ("L['self'].h[0]", "h.0"),
+        ("L['self']._modules['h']['0']", "h.0"),
+        ("L['args'][0]._modules['model'].layers[1]", "model.layers.1"),
+    ],
+)
+def test_module_paths_from_dynamo_sources(source, path):
+    assert module_path(source) == path
 
 
-@pytest.mark.parametrize("version", ["2.10.0", "2.12.0.dev20260101", "3.0.0"])
-def test_versions_not_checked_are_refused(version):
-    from nvtx_regions.inductor import UnsupportedTorchError
+# -- static origins: constants, and in a backward what no gradient reaches -------------------
 
-    with pytest.raises(UnsupportedTorchError, match=f"this is torch {version}"):
-        check_torch_version(version)
-    check_torch_version("2.11.0+cu130")
+LOSS = ()  # the loss is computed in the root's own forward: no module
+SHARED_ZERO = ("full", H0, True)  # a constant Inductor made once, with the module that first made it
+
+
+@pytest.mark.parametrize("phase", ["forward", "backward"])
+def test_a_static_origin_does_not_decide_the_module_of_a_kernel(phase):
+    # The loss's kernel reads a zero shared across the graph that carries h.0: the kernel is
+    # the loss's, and belongs to no module, so h.0's range does not start there.
+    kernels = [
+        _kernel(0, "cpp_fused_nll_loss_0", ("nll_loss_backward", LOSS), SHARED_ZERO),
+        _kernel(1, "extern_kernels.mm", ("mm", H1)),
+        _kernel(2, "extern_kernels.mm", ("mm", H0_FC)),
+    ]
+    view, plan = _plan("each module <h.*>", kernels, phase)
+    assert view.module_chains[0] is None and not view.ops[0].hoisted
+    suffix = " (backward)" if phase == "backward" else ""
+    assert _spans(plan) == [(f"h.1{suffix}", 1, 1), (f"h.0{suffix}", 2, 2)]
+    # Its op names are still all of its origins'.
+    _, plan = _plan("op in <full>", kernels, phase)
+    assert [r.start for r in plan.ranges] == [0]
+
+
+def test_the_gradient_carrying_origins_decide():
+    # A gradient of h.1 fused with a value recomputed from h.0's saved inputs: h.1's.
+    kernels = [
+        _kernel(0, "extern_kernels.mm", ("mm", H1)),
+        _kernel(1, "cpp_fused_mul_0", ("mul", H1), ("gelu", H0, True)),
+        _kernel(2, "extern_kernels.mm", ("mm", H0_FC)),
+    ]
+    view, plan = _plan("each module <h.*>", kernels, "backward")
+    assert [call.path for call in view.module_chains[1]] == ["h.1"]
+    assert _spans(plan) == [("h.1 (backward)", 0, 1), ("h.0 (backward)", 2, 2)]
+
+
+def test_a_kernel_of_static_origins_only_keeps_their_module_and_is_hoisted():
+    # Scheduled first, it neither opens h.0's range early nor is left out of h.0's kernels.
+    kernels = [
+        _kernel(0, "cpp_fused_clone_0", ("clone", H0, True), SHARED_ZERO),
+        _kernel(1, "extern_kernels.mm", ("mm", H1)),
+        _kernel(2, "extern_kernels.mm", ("mm", H0_FC)),
+    ]
+    view, plan = _plan("each module <h.*>", kernels, "backward")
+    assert [call.path for call in view.module_chains[0]] == ["h.0"] and view.ops[0].hoisted
+    assert _spans(plan) == [("h.1 (backward)", 1, 1), ("h.0 (backward)", 2, 2)]
+
+
+def test_static_nodes_of_fx_graphs():
+    import torch
+    from torch.fx import Graph
+
+    from nvtx_regions.internals.inductor import _static_nodes
+
+    aten = torch.ops.aten
+    # Forward: the graph's inputs (parameters among them) are not static; a constant is.
+    graph = Graph()
+    x = graph.placeholder("primals_1")
+    zero = graph.call_function(aten.full.default, ([3], 0.0), name="full_default")
+    doubled = graph.call_function(aten.mul.Tensor, (zero, 2), name="mul")
+    added = graph.call_function(aten.add.Tensor, (x, zero), name="add")
+    graph.output((added, doubled))
+    assert sorted(n.name for n in _static_nodes(graph, "forward")) == ["full_default", "mul"]
+    # Backward: saved values and what only they reach are static; what a gradient reaches is not.
+    graph = Graph()
+    saved, tangent = graph.placeholder("primals_1"), graph.placeholder("tangents_1")
+    recomputed = graph.call_function(aten.sin.default, (saved,), name="sin")
+    gradient = graph.call_function(aten.mul.Tensor, (tangent, recomputed), name="mul")
+    graph.output((gradient,))
+    assert sorted(n.name for n in _static_nodes(graph, "backward")) == ["primals_1", "sin"]
 
 
 def test_a_refusal_is_our_selector_error_naming_the_rule():

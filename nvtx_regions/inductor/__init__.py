@@ -4,7 +4,9 @@
 kernel calls that selection works on, `check` the rules refused there,
 `placement` the lines a wrapper gains, `runtime` what those lines call, and
 `explain` what each rule selected. Imports `core`, `internals`, `language`,
-`selection` and `emission`; torch is imported on first compile.
+`selection` and `emission`; torch's Inductor is imported when a backend is
+made, which checks that it has what placing ranges reaches into
+(`UnsupportedTorchError` if not; `TESTED_TORCH`: the releases checked).
 """
 
 from __future__ import annotations

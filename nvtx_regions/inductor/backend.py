@@ -14,12 +14,15 @@ Promises:
   spec (``transformer.h.0``, ``transformer.h.0 (backward)``): an Inductor
   profile compares with an eager or a thunder one module by module.
 - Inductor's caches (FX graph, AOTAutograd) key the graph by the spec, the
-  domain and the graph's module stacks too (a do-nothing post-grad pass
-  whose ``uuid()`` names them), so a cache hit returns code with this spec's
-  ranges for these modules, and a plain ``torch.compile`` never gets them.
+  domain, the graph's module stacks and this build of nvtx_regions too (a
+  do-nothing post-grad pass whose ``uuid()`` names them), so a cache hit
+  returns code with this spec's ranges for these modules, placed by this
+  build, and a plain ``torch.compile`` never gets them.
 - Where Inductor runs no Python wrapper per call (CUDA graphs,
   ``mode="reduce-overhead"``; ``cpp_wrapper``/AOTInductor) no range can be
   placed: one `NvtxRegionsWarning` says so, and the graph compiles without.
+- Made on a torch that lacks a part of Inductor it reaches into, it raises
+  `UnsupportedTorchError` naming what is missing (`internals.inductor_reaches`).
 - Rules with no meaning under Inductor raise `SelectorError` here
   (`inductor.check`); rules that select nothing in any graph compiled so far
   warn (or, with ``strict=True``, raise) once.
@@ -27,6 +30,7 @@ Promises:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 import warnings
@@ -46,13 +50,23 @@ from .check import check_spec
 from .kernels import KernelView, kernel_view
 from .placement import placement
 
-__all__ = ["NvtxInductor", "PlacedGraph"]
+__all__ = ["NvtxInductor", "PlacedGraph", "build_digest"]
 
-# Changes whenever the code that writes the lines or runs them changes, so that a wrapper cached by
-# another version of nvtx_regions is never reused (a hand-kept format number was forgotten once).
-_PLACEMENT_FORMAT = hashlib.sha256(
-    b"".join(Path(__file__).with_name(name).read_bytes() for name in ("placement.py", "runtime.py"))
-).hexdigest()[:16]
+
+@functools.cache
+def build_digest() -> str:
+    """A digest of this build of nvtx_regions: the path and bytes of every ``.py`` file of the
+    package and of its grammar, read once per process.
+
+    Any of them may decide what a wrapper gets (attribution, selection, module paths, the lines,
+    what they call), so it is part of the cache key: a wrapper cached by any other build is a miss
+    (a key over the files that write the lines only once replayed a wrapper with no ranges).
+    """
+    package = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted([*package.rglob("*.py"), *package.glob("grammar/*.lark")]):
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -81,7 +95,7 @@ class NvtxInductor:
         strict: bool = False,
         options: dict[str, Any] | None = None,
     ) -> None:
-        internals.check_torch_version()
+        internals.check_reaches()
         parsed = spec_from_arguments(select, spec)
         if parsed is None:
             raise SelectorError("NvtxInductor needs a spec: pass select='each module <...>' or spec='file.nvtx'")
@@ -99,7 +113,7 @@ class NvtxInductor:
         self._lock = threading.Lock()
         self._warned = False
         text = "\n".join(render(rule) for rule in parsed.rules)
-        digest = hashlib.sha256(f"{_PLACEMENT_FORMAT}\0{domain!r}\0{text}".encode()).hexdigest()[:24]
+        digest = hashlib.sha256(f"{build_digest()}\0{domain!r}\0{text}".encode()).hexdigest()[:24]
         self.cache_key = f"nvtx_regions:{digest}"
 
     def __repr__(self) -> str:

@@ -8,18 +8,28 @@ Promises:
   the aten ops it was generated from (``native_layer_norm``, ``mm``): what
   ``op in <...>`` matches.
 - A kernel belongs to the deepest module call that contains every origin
-  that has a module (`core.calls.common_chain`): a kernel whose origins span
-  two modules belongs to their common parent, as a thunder fusion does. A
-  kernel none of whose origins has a module (a backward's gradient
-  accumulation) belongs to no module, so it neither opens nor closes a
-  module's range: it lies inside the range around it.
+  that decides (below) and has a module (`core.calls.common_chain`): a
+  kernel whose origins span two modules belongs to their common parent, as
+  a thunder fusion does. A kernel none of whose deciding origins has a
+  module (a backward's gradient accumulation, the loss's backward) belongs
+  to no module, so it neither opens nor closes a module's range: it lies
+  inside the range around it.
+- Which origins decide: those that compute something from the graph's
+  inputs. A *static* origin (`internals.inductor.Origin.static`: a constant;
+  in a backward, a node no incoming gradient reaches) computes the same
+  whichever step runs, and Inductor shares it across the graph (one
+  ``full`` for every zero of the backward, attributed to the module that
+  first made it), so it does not decide the module of a kernel that has
+  other origins. An extern kernel's origins are its own FX node alone
+  (`internals.inductor._kernel`), not the inputs inlined into it.
 - A backward kernel has the modules of the forward nodes it is the
   gradient of (AOTAutograd's ``fwd_nn_module_stack``).
-- A backward kernel computed from saved forward values alone (no gradient
-  reaches it) is *hoisted* (`View.parameter_only`, as in thunder traces):
-  it keeps its module, but does not stretch its module call's range.
-  Inductor may schedule it anywhere (a block's attention inputs, re-laid
-  out, first of all).
+- A kernel all of whose origins are static (a backward kernel computed from
+  saved forward values alone, a forward kernel of constants) is *hoisted*
+  (`View.parameter_only`, as in thunder traces): it keeps the module of its
+  origins, but does not stretch its module call's range. Inductor may
+  schedule it anywhere (a block's attention inputs, re-laid out, first of
+  all).
 - Nothing else is recorded: no proxies, no markers, no source lines.
   `inductor.check` refuses the rules that would need them.
 """
@@ -123,6 +133,7 @@ def kernel_view(kernels: list[WrapperKernel], phase: Phase, name: str, calls: di
     for position, kernel in enumerate(kernels):
         chains = []
         names = dict.fromkeys([kernel.name, kernel.name.rsplit(".", 1)[-1]])
+        hoisted = bool(kernel.origins) and all(origin.static for origin in kernel.origins)
         for origin in kernel.origins:
             if origin.op:
                 names[origin.op] = None
@@ -131,8 +142,8 @@ def kernel_view(kernels: list[WrapperKernel], phase: Phase, name: str, calls: di
                 for key, path, cls in origin.modules:
                     classes.setdefault(path, cls)
                     chain.append(ModuleCall(path, cls, calls.setdefault(key, len(calls))))
-                chains.append(tuple(chain))
-        hoisted = bool(kernel.origins) and all(origin.static for origin in kernel.origins)
+                if hoisted or not origin.static:
+                    chains.append(tuple(chain))
         ops.append(
             Kernel(position, kernel.name, tuple(names), common_chain(chains), kernel.first, kernel.last, hoisted)
         )

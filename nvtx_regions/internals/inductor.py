@@ -1,6 +1,10 @@
 """Every reach into torch's Inductor, Dynamo and AOTAutograd internals, in one place.
 
-Checked on torch 2.11 (CPU, Python wrapper). Each entry says what breaks without it.
+Checked on torch 2.11 and 2.14 (CPU, Python wrapper): `TESTED_TORCH`. Each
+entry says what breaks without it, and `inductor_reaches.REACHES` lists what
+`check_reaches` looks for in the installed torch before anything is patched
+(no version gate: a torch that has every reach is used, one that lacks any
+is refused, naming what it lacks).
 
 Where ranges go: Inductor writes the Python wrapper of a graph (the ``call``
 function that runs its kernels in order) as a list of lines,
@@ -13,19 +17,27 @@ sees no change):
   `_NodeMark` with the node's FX origins to the lines. Without it: which
   lines belong to which node is unknown.
 - ``CppScheduling.flush`` (``_inductor/codegen/cpp.py``) writes the call of a
-  CPU kernel group, which holds the nodes generated since the last flush. It
-  runs after the *next* node's ``enter_context`` (an extern kernel's), so a
-  group's call sits under the next node's mark. The wrapper brackets the
-  flush with a `_FlushMark` (the group's own nodes) and a `_FlushEnd`.
-  Without it: a block's residual-add kernel is counted in the next block.
-  (The Triton flush writes nothing; its nodes' calls follow their marks.)
+  CPU kernel group (``kernel_group.scheduled_nodes``: the nodes generated
+  since the last flush). It runs after the *next* node's ``enter_context``
+  (an extern kernel's), so a group's call sits under the next node's mark.
+  The wrapper brackets the flush with a `_FlushMark` (the group's own nodes)
+  and a `_FlushEnd`. Without it: a block's residual-add kernel is counted in
+  the next block. (The Triton flush writes nothing; its nodes' calls follow
+  their marks.)
 - ``PythonWrapperCodegen.run_wrapper_ir_passes`` (``codegen/wrapper.py``)
   plans memory on the lines just before they become text. The wrapper takes
   the marks out first (so memory planning sees exactly the lines it would
   see without us), runs it, hands the kernels it found to the placer, and
   inserts the placer's lines at their indices (planning replaces lines in
   place and only drops trailing ones, so indices stay valid), and its header
-  lines after the wrapper's header.
+  lines after the wrapper's ``header``.
+
+Which FX nodes a kernel came from: a scheduler node's IR nodes carry
+``get_origins()``, every FX node whose lowering made them, including the
+nodes Inductor inlined into them. An extern kernel's origins include the
+unrealized inputs inlined into its arguments (a Linear's ``mm`` lists the
+norm before it), so an extern kernel is taken from its own FX node,
+``get_origin_node()``, where Inductor recorded one (`_kernel`).
 
 Which module an FX node came from: Dynamo records the module calls running
 when a node was traced in ``node.meta["nn_module_stack"]`` (key -> (path
@@ -33,17 +45,20 @@ as Dynamo's source names it, e.g. ``L['self'].transformer.h.0``, class)).
 AOTAutograd copies a forward node's stack to the backward nodes of the same
 ``seq_nr`` as ``meta["fwd_nn_module_stack"]`` (``_functorch/_aot_autograd/
 utils.py``); pattern rewrites keep ``nn_module_stack`` but not that, and
-gradient-accumulation adds carry neither.
+gradient-accumulation adds carry neither. These are data, not code: a torch
+that stopped recording them would compile, and the rules would select
+nothing (and warn so).
 
 The FX graph cache (``codecache.py``) stores the generated wrapper, and its
 key covers neither the wrapper's code generation nor the nodes' module
 stacks (two blocks with the same graph share an entry). AOTAutograd's cache
 (``_functorch/_aot_autograd/autograd_cache.py``) keys by the Dynamo graph
 and the Inductor config alike. A custom post-grad pass that does nothing,
-whose ``uuid()`` names the spec and the graph's module stacks
-(`cache_key_pass`, `module_digest`), makes an annotated graph and a plain
-one, and graphs of different modules, separate entries of both caches (their
-keys include ``config.post_grad_custom_post_pass.uuid()``).
+whose ``uuid()`` names the spec, the graph's module stacks and the build of
+nvtx_regions (`cache_key_pass`, `module_digest`; the backend's key), makes an
+annotated graph and a plain one, graphs of different modules, and wrappers of
+different builds, separate entries of both caches (their keys include
+``config.post_grad_custom_post_pass.uuid()``).
 """
 
 from __future__ import annotations
@@ -54,44 +69,24 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+from .inductor_reaches import TESTED_TORCH, UnsupportedTorchError, check_reaches
+
 __all__ = [
-    "TESTED_TORCH", "UnsupportedTorchError", "check_torch_version", "Origin", "WrapperKernel", "Placement",
+    "TESTED_TORCH", "UnsupportedTorchError", "check_reaches", "Origin", "WrapperKernel", "Placement",
     "install", "uninstall", "placing", "cache_key_pass", "compile_fx", "compile_fx_inner",
     "inductor_config", "mode_options", "module_path", "module_digest",
 ]  # fmt: skip
 
-# The torch releases (major.minor) whose Inductor this module was checked on.
-TESTED_TORCH = ("2.11",)
-
-
-class UnsupportedTorchError(RuntimeError):
-    """The installed torch is not one whose Inductor internals nvtx_regions was checked on."""
-
-
-def check_torch_version(version: str | None = None) -> None:
-    """Raise `UnsupportedTorchError` unless torch (or `version`) is a `TESTED_TORCH` release."""
-    if version is None:
-        import torch
-
-        version = torch.__version__
-    release = ".".join(str(version).split("+")[0].split(".")[:2])
-    if release not in TESTED_TORCH:
-        raise UnsupportedTorchError(
-            f"nvtx_regions.inductor.NvtxInductor places ranges in Inductor's generated wrapper, which it was "
-            f"checked on for torch {', '.join(TESTED_TORCH)} only; this is torch {version}. Use one of those "
-            "torch versions, or annotate eagerly with nvtx_regions.eager.annotate"
-        )
-
 
 def compile_fx(*args: Any, **kwargs: Any) -> Any:
-    """``torch._inductor.compile_fx.compile_fx``: what ``torch.compile(backend="inductor")`` runs (2.11)."""
+    """``torch._inductor.compile_fx.compile_fx``: what ``torch.compile(backend="inductor")`` runs (2.11, 2.14)."""
     from torch._inductor.compile_fx import compile_fx as inductor
 
     return inductor(*args, **kwargs)
 
 
 def compile_fx_inner(*args: Any, **kwargs: Any) -> Any:
-    """``compile_fx_inner``: compiles one forward or backward graph, through the FX graph cache (2.11).
+    """``compile_fx_inner``: compiles one forward or backward graph, through the FX graph cache (2.11, 2.14).
     Its keyword ``is_backward`` says which; ``cpp_wrapper`` whether a C++ wrapper is generated."""
     from torch._inductor.compile_fx import compile_fx_inner as inner
 
@@ -99,14 +94,14 @@ def compile_fx_inner(*args: Any, **kwargs: Any) -> Any:
 
 
 def inductor_config() -> Any:
-    """``torch._inductor.config`` (2.11): options such as ``cpp_wrapper`` and ``triton.cudagraphs``."""
+    """``torch._inductor.config`` (2.11, 2.14): options such as ``cpp_wrapper`` and ``triton.cudagraphs``."""
     from torch._inductor import config
 
     return config
 
 
 def mode_options(mode: str | None) -> dict[str, Any]:
-    """The Inductor options of a ``torch.compile`` mode (``torch._inductor.list_mode_options``, 2.11):
+    """The Inductor options of a ``torch.compile`` mode (``torch._inductor.list_mode_options``, 2.11, 2.14):
     ``"reduce-overhead"`` is ``{"triton.cudagraphs": True}``."""
     if mode is None or mode == "default":
         return {}
@@ -133,15 +128,20 @@ def module_digest(gm: Any) -> str:
 
 # -- FX origins ------------------------------------------------------------------
 
-_SOURCE_ROOT = re.compile(r"^[LG]\[['\"][^'\"]*['\"]\]")
+# The compiled frame's local or global that holds the root module, with the subscripts that pick it
+# out of an argument (``L['args'][0]``: a ``forward`` that takes ``*args``, as transformers' decorated
+# ones do; ``L['kwargs']['model']``).
+_SOURCE_ROOT = re.compile(r"^[LG]\[['\"][^'\"]*['\"]\](?:\[[^\]]*\])*")
 _ITEM = re.compile(r"\[['\"]?([^'\"\]]*)['\"]?\]")
 
 
 def module_path(source: str) -> str:
-    """A module's path as ``named_modules()`` gives it, from Dynamo's source name of it.
+    """A module's path as ``named_modules()`` gives it, from Dynamo's source name of it, whatever
+    the compiled frame calls the root.
 
-    ``L['self'].transformer.h.0`` -> ``transformer.h.0``; ``L['self'].h[0]`` and
-    ``L['self']._modules['h']['0']`` -> ``h.0``. (2.11 writes the first form.)
+    ``L['self'].transformer.h.0`` -> ``transformer.h.0``; ``L['args'][0].model.layers.0`` ->
+    ``model.layers.0``; ``L['self'].h[0]`` and ``L['self']._modules['h']['0']`` -> ``h.0``.
+    (2.11 and 2.14 write the first two forms.)
     """
     path = _SOURCE_ROOT.sub("", source)
     path = _ITEM.sub(lambda m: "." + m.group(1), path).replace("._modules.", ".")
@@ -157,22 +157,25 @@ class Origin:
     # The module calls running when it was traced, outermost first: (call key, path, class name);
     # in a backward graph, those of the forward node it is the gradient of.
     modules: tuple[tuple[str, str, str], ...]
-    # In a backward graph: computed from saved forward values alone, no gradient (Inductor may
-    # schedule such a node anywhere, e.g. first). Always False in a forward graph.
+    # Computes nothing from what the graph is called with each step (`_static_nodes`): a constant;
+    # in a backward graph, anything that depends on no incoming gradient. Inductor may schedule
+    # such a node anywhere (e.g. first), and dedupes constants across the graph.
     static: bool = False
 
 
-def _gradient_free(graph: Any) -> set[Any]:
-    """The nodes of a backward FX graph that depend on no incoming gradient: AOTAutograd names
-    the backward's gradient inputs ``tangents_<n>`` (2.11); the rest of its inputs are saved values."""
-    free: set[Any] = set()
+def _static_nodes(graph: Any, phase: str) -> set[Any]:
+    """The nodes of an FX graph that compute nothing from its inputs: in a forward, those that
+    depend on no input (``full``, ``arange``, constants); in a backward, those that depend on
+    no incoming gradient. AOTAutograd names a backward's gradient inputs ``tangents_<n>``
+    (2.11, 2.14); the rest of its inputs are saved forward values."""
+    static: set[Any] = set()
     for node in graph.nodes:
         if node.op == "placeholder":
-            if not node.name.startswith("tangents"):
-                free.add(node)
-        elif all(arg in free for arg in node.all_input_nodes):
-            free.add(node)
-    return free
+            if phase == "backward" and not node.name.startswith("tangents"):
+                static.add(node)
+        elif all(arg in static for arg in node.all_input_nodes):
+            static.add(node)
+    return static
 
 
 def _origin(node: Any, phase: str, static: bool = False) -> Origin:
@@ -255,7 +258,7 @@ def _active() -> _Active | None:
 
 
 def _node_origins(node: Any) -> tuple[Any, ...]:
-    """The FX nodes a scheduler node came from, in graph order (what ``enter_context`` reads, 2.11)."""
+    """The FX nodes a scheduler node came from, in graph order (what ``enter_context`` reads, 2.11, 2.14)."""
     found: dict[Any, None] = {}
     for part in node.get_nodes():
         if part.node is not None:
@@ -271,7 +274,7 @@ def install() -> None:
     """Wrap the three Inductor methods (see the module doc); once per process. `uninstall` undoes it."""
     if _saved:
         return
-    check_torch_version()
+    check_reaches()
     from torch._inductor.codegen.cpp import CppScheduling
     from torch._inductor.codegen.wrapper import PythonWrapperCodegen
     from torch._inductor.scheduler import Scheduler
@@ -330,16 +333,25 @@ def uninstall() -> None:
     _saved.clear()
 
 
-def _kernel_name(line: Any) -> str | None:
-    """The kernel a wrapper line calls, or None for a line that calls none (memory planning, comments)."""
+def _kernel(line: Any) -> tuple[str, tuple[Any, ...] | None] | None:
+    """The kernel a wrapper line calls and, for an extern kernel, the FX node it is the result of;
+    None for a line that calls none (memory planning, comments).
+
+    An extern kernel's ``origins`` hold every FX node inlined into its arguments: a Linear's
+    ``mm`` lists the norm that feeds it, so by its origins it belongs to their common parent.
+    Its ``origin_node`` is the node whose lowering made it (2.11, 2.14: set by
+    ``ir.assign_origin_node`` for a result that is not a view; None for a fallback's
+    multi-output kernel, which keeps its origins).
+    """
     from torch._inductor.codegen import wrapper
 
     if isinstance(line, wrapper.KernelCallLine):
-        return line.kernel_name
+        return line.kernel_name, None
     if isinstance(line, (wrapper.ExternKernelOutLine, wrapper.ExternKernelAllocLine)):
         node = line.node
         name = getattr(node, "python_kernel_name", None) or node.get_kernel_name()
-        return str(name).removeprefix("torch.ops.")
+        own = node.get_origin_node()
+        return str(name).removeprefix("torch.ops."), None if own is None else (own,)
     return None
 
 
@@ -362,17 +374,18 @@ def _split(wrapper: Any, phase: str) -> list[WrapperKernel]:
                 current = outer.pop() if outer else ()
             run, start = None, len(kept)
             continue
-        name = _kernel_name(line)
+        called = _kernel(line)
         index = len(kept)
         kept.append(line)
-        if name is not None and run is None:
-            run = [name, current, start, index]
+        if called is not None and run is None:
+            name, own = called
+            run = [name, own or current, start, index]
             kernels.append(run)
         elif run is not None:
             run[3] = index
     wrapper.lines = kept
     origins_of: dict[Any, Origin] = {}
-    free_in: dict[int, set[Any]] = {}
+    static_in: dict[int, set[Any]] = {}
 
     def convert(nodes: tuple[Any, ...]) -> tuple[Origin, ...]:
         out = []
@@ -380,10 +393,10 @@ def _split(wrapper: Any, phase: str) -> list[WrapperKernel]:
             if node not in origins_of:
                 static = False
                 graph = getattr(node, "graph", None)
-                if phase == "backward" and graph is not None:
-                    if id(graph) not in free_in:
-                        free_in[id(graph)] = _gradient_free(graph)
-                    static = node in free_in[id(graph)]
+                if graph is not None:
+                    if id(graph) not in static_in:
+                        static_in[id(graph)] = _static_nodes(graph, phase)
+                    static = node in static_in[id(graph)]
                 origins_of[node] = _origin(node, phase, static)
             out.append(origins_of[node])
         return tuple(out)

@@ -4,7 +4,8 @@
 
 SPEC is the spec text for `NvtxInductor`, or ``-`` for a plain ``torch.compile``.
 Inductor's cache is $TORCHINDUCTOR_CACHE_DIR. The last line printed is JSON:
-the FX graph cache's hits and misses, AOTAutograd's cache hits, graph breaks.
+the FX graph cache's hits and misses, AOTAutograd's cache hits, graph breaks,
+and the folder of the nvtx_regions that ran.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 
 os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
@@ -64,6 +66,8 @@ def main(argv: list[str]) -> int:
     import torch
     from torch._dynamo.utils import counters
 
+    import nvtx_regions
+
     spec, steps, graph_break = argv[0], int(argv[1]), "--graph-break" in argv
     model = make_blocks(graph_break)
     if spec == "-":
@@ -81,6 +85,7 @@ def main(argv: list[str]) -> int:
                 "fx_misses": counters["inductor"]["fxgraph_cache_miss"],
                 "aot_hits": counters["aot_autograd"]["autograd_cache_hit"],
                 "graph_breaks": sum(counters["graph_break"].values()),
+                "package": str(Path(nvtx_regions.__file__).parent),
             }
         )
     )
