@@ -25,6 +25,7 @@ import pytest
 import torch
 
 from conftest import gpt_inputs, loss_of, require_nsys
+import nvtx_regions
 from nvtx_regions import NvtxRegionsWarning, SelectorError
 from nvtx_regions.eager import annotate
 from nvtx_regions.capture import is_attached
@@ -90,14 +91,27 @@ def _pushes(events) -> collections.Counter:
 
 
 def _without_our_lines(code: str) -> str:
-    """Generated code with the range lines (and the graph's ids, which count compiles) left out."""
-    kept, in_header = [], False
+    """Generated code with the range lines (and the graph's ids, which count compiles) left out:
+    the header's ranges, the lines that push and pop, and the try/except around the body, whose
+    lines go back to the body's indentation."""
+    kept, in_header, in_try, skip = [], False, None, 0
     for line in code.splitlines():
-        if line.startswith("nvtx_regions_ranges = GraphRanges("):
+        if line.startswith("nvtx_regions_ranges = graph_ranges("):
             in_header = True
         if in_header:
             in_header = line != ")"
             continue
+        if skip:
+            skip -= 1
+            continue
+        if in_try is None and re.fullmatch(r"\s+try:", line):
+            in_try = line[: -len("try:")]
+            continue
+        if in_try is not None and line == f"{in_try}except BaseException as nvtx_regions_error:":
+            in_try, skip = None, 2  # its close_after and raise
+            continue
+        if in_try is not None and line.startswith(in_try + "    "):
+            line = in_try + line[len(in_try) + 4 :]
         if "nvtx_regions" not in line and not line.startswith("# AOT ID"):
             kept.append(line)
     return "\n".join(kept)
@@ -116,6 +130,8 @@ class Compiled:
 
 
 def _compile_and_run(model, inputs, backend, *, steps: int = 2) -> Compiled:
+    """Compile and run step 0 of a `nvtx_regions.steps` loop (its steps in a domain of their own),
+    then capture steps 1..`steps`."""
     from torch._dynamo.utils import counters
     from torch._inductor.utils import run_and_get_code  # torch's own test helper: the sources Inductor wrote
 
@@ -128,12 +144,15 @@ def _compile_and_run(model, inputs, backend, *, steps: int = 2) -> Compiled:
         loss.backward()
         return loss.detach()
 
+    loop = nvtx_regions.steps(range(1 + steps), domain="inductor_tests_steps")
+    next(loop)
     loss, code = run_and_get_code(step)
     grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
     with capture() as events:
-        for _ in range(steps):
+        for _ in loop:
             step()
-    return Compiled(loss, grads, code, list(events), sum(counters["graph_break"].values()), backend)
+    ours = [e for e in events if e.domain != "inductor_tests_steps"]  # the step ranges cross the capture's ends
+    return Compiled(loss, grads, code, ours, sum(counters["graph_break"].values()), backend)
 
 
 def _eager_events(model, inputs, spec: str, steps: int = 2) -> list:
@@ -180,16 +199,16 @@ def test_gpt_compiles_as_plain_torch_compile(gpt):
 
 
 def _range_bodies(code: str) -> dict[str, str]:
-    """Range message -> the generated lines between its push and its pop."""
-    bodies, open_at = {}, {}
+    """Range message -> the generated lines between its push and its pop (pops pair with pushes as they nest)."""
+    bodies, open_at = {}, []
     lines = code.splitlines()
     for number, line in enumerate(lines):
-        push = re.search(r"nvtx_regions_push\(nvtx_regions_attr_\d+\)  # (.*)$", line)
-        pop = re.search(r"nvtx_regions_pop\(\)  # (.*)$", line)
+        push = re.search(r"nvtx_regions_push\(nvtx_regions_attr_\d+, nvtx_regions_domain\)  # (.*)$", line)
         if push:
-            open_at[push.group(1)] = number
-        elif pop:
-            bodies[pop.group(1)] = "\n".join(lines[open_at.pop(pop.group(1)) + 1 : number])
+            open_at.append((push.group(1), number))
+        elif re.search(r"nvtx_regions_pop\(\)$", line):
+            message, start = open_at.pop()
+            bodies[message] = "\n".join(lines[start + 1 : number])
     return bodies
 
 
@@ -341,7 +360,7 @@ def test_gates_and_op_rules_on_kernels():
         "op in <mm> and backward and rank in <5>"
     )
     annotated = _compile_and_run(make_blocks(), _tiny_inputs, NvtxInductor(spec), steps=3)
-    # Steps count the calls of each graph from 0; the first step (compiling) was step 0.
+    # The step clock: the loop's iterations; the first (compiling) was step 0.
     addmm = ["extern_kernels.addmm"]
     step_1 = ["blocks.0", *addmm, "blocks.1", *addmm, *addmm, "blocks.1 (backward)", "blocks.0 (backward)"]
     assert _ranges(annotated.events) == [*step_1, *addmm * 3, *addmm * 3]
@@ -390,8 +409,8 @@ def test_two_threads_one_gated_wrapper_each_call_gated_as_a_whole():
             return self.blocks[1](self.blocks[0](x))
 
     torch._dynamo.reset()
-    # The compiling call is step 0; the threads' calls meet in pairs, steps (1, 2), (3, 4), (5, 6), ...:
-    # the gate opens within the pair (1, 2) and closes within (5, 6).
+    # The compiling call is at step 0. Thread a's calls are the steps of a `steps` loop, which moves
+    # the clock while thread b's calls, paired with a's, are in flight.
     compiled = torch.compile(Blocks(), backend=NvtxInductor("each module <blocks.*> and steps 2..5"))
     x = blocks_input()
     with torch.no_grad():
@@ -403,7 +422,7 @@ def test_two_threads_one_gated_wrapper_each_call_gated_as_a_whole():
         tids[name] = threading.get_native_id()
         try:
             with torch.no_grad():
-                for _ in range(calls):
+                for _ in nvtx_regions.steps(range(calls), domain="inductor_tests_steps") if name == "a" else range(calls):
                     compiled(x)
         except BaseException as error:  # reported below, with the thread's name
             errors.append((name, error))
@@ -419,13 +438,13 @@ def test_two_threads_one_gated_wrapper_each_call_gated_as_a_whole():
     check_balanced(events)
     ours = [e for e in events if e.domain == "nvtx_regions"]
     step = ["blocks.0", "blocks.1"]
-    on_calls = 0
+    on_calls = {}
     for name in "ab":
         pushed = [e.message for e in sorted(ours, key=lambda e: e.ts_ns) if e.tid == tids[name] and e.kind == "push"]
         # Each call emits both ranges or none.
         assert pushed == step * (len(pushed) // 2), (name, pushed)
-        on_calls += len(pushed) // 2
-    assert on_calls == 4  # steps 2, 3, 4 and 5
+        on_calls[name] = len(pushed) // 2
+    assert on_calls["a"] == 4  # steps 2, 3, 4 and 5
     # The calls overlapped: one thread pushed while the other had a range open.
     assert overlapping_pushes(ours, tids.values()) > 0, "the threads' calls never overlapped; the test proves nothing"
 

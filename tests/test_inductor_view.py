@@ -177,7 +177,7 @@ def test_static_nodes_of_fx_graphs():
     import torch
     from torch.fx import Graph
 
-    from nvtx_regions.internals.inductor import _static_nodes
+    from nvtx_regions.internals.inductor_origins import static_nodes as _static_nodes
 
     aten = torch.ops.aten
     # Forward: the graph's inputs (parameters among them) are not static; a constant is.

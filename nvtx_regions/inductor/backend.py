@@ -42,6 +42,7 @@ from ..core.errors import NvtxRegionsWarning, SelectorError
 from ..core.naming import DEFAULT_DOMAIN
 from ..internals import inductor as internals
 from ..language.parse import spec_from_arguments
+from ..runtime.clock import start_counting
 from ..language.tree import render
 from ..selection.compile import compile_spec
 from ..selection.plan import Plan, make_plan
@@ -96,6 +97,7 @@ class NvtxInductor:
         options: dict[str, Any] | None = None,
     ) -> None:
         internals.check_reaches()
+        start_counting()  # optimizer steps, for `steps a..b` outside a `steps` loop
         parsed = spec_from_arguments(select, spec)
         if parsed is None:
             raise SelectorError("NvtxInductor needs a spec: pass select='each module <...>' or spec='file.nvtx'")

@@ -1,76 +1,95 @@
-"""What a generated wrapper calls: its ranges' prebuilt NVTX attributes, and the functions
-that push and pop them.
+"""What a generated wrapper's range lines call: the one runtime (`nvtx_regions.runtime`), built
+from the literals in the wrapper's header.
 
-A wrapper's header builds one `GraphRanges` from literals (its ranges'
-messages, colours, categories and gates), so code that Inductor's cache
-hands to another process builds the same ranges there. Its ``call`` then
-reads, per range, ``nvtx_regions_push(nvtx_regions_attr_3)`` ... ``nvtx_regions_pop()``:
-the NVTX domain's own ``push_range``/``pop_range`` (C methods of the ``nvtx``
-package; no-ops with no tool attached). A range that crosses another
-(a module call Inductor interleaved with another's kernels) is a start/end
-range: ``nvtx_regions_started_3 = nvtx_regions_start(...)``, ``nvtx_regions_end(...)``.
+A wrapper's header reads::
 
-Gated ranges (``rank in <...>``, ``steps a..b``) have their own functions,
-``nvtx_regions_push_g1`` and so on, locals of the call: its first line,
-``nvtx_regions_push_g1, ... = nvtx_regions_ranges.enter()``, counts the call
-(steps are calls of this graph, from 0) and gives each gate's functions for
-this call, NVTX's or no-ops. The wrapper's globals never change, so threads
-calling one graph at once each get their own gates.
+    from nvtx_regions.inductor.runtime import graph_ranges
+    nvtx_regions_ranges = graph_ranges(
+        'nvtx_regions',
+        [('blocks.0', 4278190335, 'blocks'), ...],  # per range: message, colour, category
+        [('push', 0, 0), ('pop', 0, 0), ...],       # the lines placed in ``call``, in order: kind, range, group
+        [None],                                     # per group: its gates, or None
+    )
+    globals().update(nvtx_regions_ranges.globals())  # nvtx_regions_push, nvtx_regions_attr_0, ...
+
+so code that Inductor's cache hands to another process builds the same
+ranges there. ``call`` then reads, per range,
+``nvtx_regions_push(nvtx_regions_attr_0, nvtx_regions_domain)`` ...
+``nvtx_regions_pop()``, and a range that crosses another (a module call
+Inductor interleaved with another's kernels) is a start/end range. Gated
+ranges call their functions through the call's gates,
+``nvtx_regions_gates.g1_push(...)``, decided by the body's first line,
+``nvtx_regions_gates = nvtx_regions_ranges.enter()``. The body's lines sit in
+a ``try``/``except`` that hands a failed call's traceback to
+``nvtx_regions_ranges.close_after``: see `runtime.ranges`.
 """
 
 from __future__ import annotations
 
-import itertools
-from typing import Any, Sequence
+from typing import Sequence
 
-from ..runtime.clock import current_rank
 from ..runtime.domain import Domain
+from ..runtime.ranges import GeneratedRanges, Group, Line
 from ..selection.compile import Gate
 
-__all__ = ["GraphRanges", "function_names"]
-
-# C callables that do nothing, for a closed gate: push(attributes), pop(), start(attributes), end(started).
-_NO_PUSH = {}.get
-_NO_POP = [].clear
-_NO_START = {}.get
-_NO_END = {}.get
+__all__ = ["graph_ranges", "gate_text", "Names", "NAMES"]
 
 GateText = tuple[tuple[tuple[int, ...] | None, int | None, int | None], ...]
 
 
-def function_names(group: str) -> tuple[str, str, str, str]:
-    """The globals of a gate group's push, pop, start and end (`group`: "" or "_g1", ...)."""
-    return tuple(f"nvtx_regions_{kind}{group}" for kind in ("push", "pop", "start", "end"))  # type: ignore[return-value]
+class Names:
+    """The names a wrapper's range lines use."""
+
+    ranges = "nvtx_regions_ranges"  # the module global holding the `GeneratedRanges`
+    gates = "nvtx_regions_gates"  # the call's local holding its gates
+    domain = "nvtx_regions_domain"
+    error = "nvtx_regions_error"  # the except clause's
+
+    def attributes(self, number: int) -> str:
+        return f"nvtx_regions_attr_{number}"
+
+    def started(self, number: int) -> str:
+        return f"nvtx_regions_started_{number}"
+
+    def functions(self, group: int, gated: bool) -> tuple[str, str, str, str]:
+        """(push, pop, start, end) of a group: globals for the ungated one, attributes of the gates for gated ones."""
+        if not gated:
+            return ("nvtx_regions_push", "nvtx_regions_pop", "nvtx_regions_start", "nvtx_regions_end")
+        return (f"g{group}_push", f"g{group}_pop", f"g{group}_start", f"g{group}_end")
+
+    def called(self, group: int, gated: bool, kind: int) -> str:
+        """How a line names function `kind` (0 push, 1 pop, 2 start, 3 end) of a group."""
+        name = self.functions(group, gated)[kind]
+        return f"{self.gates}.{name}" if gated else name
 
 
-class GraphRanges:
-    """The ranges of one generated wrapper.
+NAMES = Names()
 
-    `ranges`: per range (message, colour, category). `gates`: per gate group
-    name ("_g1", ...), its gates as ``(ranks or None, first step, last step)``.
-    """
 
-    def __init__(
-        self, domain: str | None, ranges: Sequence[tuple[str, int, str]], gates: dict[str, GateText] | None = None
-    ) -> None:
-        self.domain = Domain(domain)
-        self.attributes = tuple(self.domain.attributes(m, color=c, category=k) for m, c, k in ranges)
-        handle = self.domain.handle
-        # (push, pop, start, end) of the ranges that no gate holds: the NVTX domain's own.
-        self.nvtx_functions = (handle.push_range, handle.pop_range, handle.start_range, handle.end_range)
-        self.gates = {
-            group: frozenset(Gate(None if r is None else frozenset(r), first, last) for r, first, last in text)
-            for group, text in (gates or {}).items()
-        }
-        self._calls = itertools.count()
+def graph_ranges(
+    domain: str | None,
+    ranges: Sequence[tuple[str, int, str]],
+    lines: Sequence[tuple[str, int, int]],
+    gates: Sequence[GateText | None],
+) -> GeneratedRanges:
+    """The runtime of one wrapper's ranges, from its header's literals (see the module doc)."""
+    own = Domain(domain)
+    groups = []
+    for number, text in enumerate(gates):
+        gate = None if text is None else frozenset(Gate(None if r is None else frozenset(r), a, b) for r, a, b in text)
+        push, pop, start, end = NAMES.functions(number, text is not None)
+        groups.append(Group(gate, own, push, pop, start, end, NAMES.domain))
+    attributes = [own.attributes(message, color=color, category=category) for message, color, category in ranges]
+    started = {number: NAMES.started(number) for kind, number, _ in lines if kind == "start"}
+    return GeneratedRanges(
+        groups, [Line(kind, number, group) for kind, number, group in lines], attributes=attributes,
+        attribute_names=[NAMES.attributes(n) for n in range(len(ranges))], started_names=started,
+        gates_name=NAMES.gates, global_name=NAMES.ranges,
+    )  # fmt: skip
 
-    def enter(self) -> tuple[Any, ...]:
-        """Count a call of the graph; per gate group (in `gates` order), the (push, pop, start, end)
-        of this call: NVTX's where a gate is open at this rank and step, else no-ops."""
-        step = next(self._calls)
-        rank = current_rank()
-        functions: list[Any] = []
-        for gates in self.gates.values():
-            on = any(gate.is_open(rank, step) for gate in gates)
-            functions += self.nvtx_functions if on else (_NO_PUSH, _NO_POP, _NO_START, _NO_END)
-        return tuple(functions)
+
+def gate_text(gate: frozenset[Gate] | None) -> GateText | None:
+    """A group's gates as the header's literal."""
+    if gate is None:
+        return None
+    return tuple(sorted(((None if g.ranks is None else tuple(sorted(g.ranks))), g.first_step, g.last_step) for g in gate))

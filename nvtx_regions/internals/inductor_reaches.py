@@ -92,6 +92,16 @@ def _inner_compile_keywords() -> bool:
     return all(name in typed for name in names) or _takes(compile_fx.compile_fx_inner, *names)
 
 
+def _writes_wrapper_lines() -> bool:
+    """``PythonWrapperCodegen._generate`` writes each `WrapperLine` among the lines with ``line.codegen(code)``
+    (2.11, 2.14), where ``code`` is an `IndentedBuffer`."""
+    wrapper = _find(_WRAPPER)
+    generate = vars(wrapper.PythonWrapperCodegen)["_generate"].__code__
+    return isinstance(wrapper.WrapperLine, type) and any(
+        {"WrapperLine", "codegen"} <= set(code.co_names) for code in _codes(generate)
+    )
+
+
 @dataclass(frozen=True)
 class Reach:
     """One part of torch that placing ranges needs: its name as torch spells it, what breaks
@@ -127,6 +137,10 @@ REACHES = (
           lambda: _fields(_find(_WRAPPER, "ExternKernelOutLine"), "node")),
     Reach(f"{_WRAPPER}.ExternKernelAllocLine.node", "which lines call an extern kernel",
           lambda: _fields(_find(_WRAPPER, "ExternKernelAllocLine"), "node")),
+    Reach(f"{_WRAPPER}.WrapperLine, written by PythonWrapperCodegen._generate through its codegen(code)",
+          "the try/except that closes what a failed call left open", _writes_wrapper_lines),
+    Reach("torch._inductor.utils.IndentedBuffer.do_indent(), .do_unindent()", "the try/except's indentation",
+          lambda: _method("torch._inductor.utils", "IndentedBuffer", "do_indent") and _method("torch._inductor.utils", "IndentedBuffer", "do_unindent")),
     Reach("torch._inductor.ir.Operation.get_origins(), .get_origin_node()", "which FX nodes a kernel came from",
           lambda: all(callable(_find("torch._inductor.ir", f"Operation.{m}")) for m in ("get_origins", "get_origin_node"))),
     Reach("torch._inductor.virtualized.V.graph", "the graph being generated",

@@ -1,0 +1,101 @@
+"""What the FX nodes Inductor compiles say about where they came from: the module calls Dynamo
+recorded, in the user's module paths, and whether a node computes anything from the graph's inputs.
+
+Checked on torch 2.11 and 2.14 (`inductor_reaches.TESTED_TORCH`), with `inductor`'s docstring
+on the metadata read here (``nn_module_stack``, ``fwd_nn_module_stack``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Origin", "module_digest", "module_path", "node_origin", "static_nodes"]
+
+
+def module_digest(gm: Any) -> str:
+    """A digest of the module stacks Dynamo recorded on `gm`'s nodes (paths and classes, in node order):
+    what names the ranges, and what neither Inductor cache key covers."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for node in gm.graph.nodes:
+        stack = node.meta.get("nn_module_stack") or {}
+        parts = [node.name]
+        for value in stack.values():
+            cls = value[1] if isinstance(value[1], str) else getattr(value[1], "__name__", str(value[1]))
+            parts.append(f"{value[0]}:{cls}")
+        digest.update("\0".join(parts).encode() + b"\n")
+    return digest.hexdigest()[:24]
+
+
+# The compiled frame's local or global that holds the root module, with the subscripts that pick it
+# out of an argument (``L['args'][0]``: a ``forward`` that takes ``*args``, as transformers' decorated
+# ones do; ``L['kwargs']['model']``).
+_SOURCE_ROOT = re.compile(r"^[LG]\[['\"][^'\"]*['\"]\](?:\[[^\]]*\])*")
+_ITEM = re.compile(r"\[['\"]?([^'\"\]]*)['\"]?\]")
+
+
+def module_path(source: str) -> str:
+    """A module's path as ``named_modules()`` gives it, from Dynamo's source name of it, whatever
+    the compiled frame calls the root.
+
+    ``L['self'].transformer.h.0`` -> ``transformer.h.0``; ``L['args'][0].model.layers.0`` ->
+    ``model.layers.0``; ``L['self'].h[0]`` and ``L['self']._modules['h']['0']`` -> ``h.0``.
+    (2.11 and 2.14 write the first two forms.)
+    """
+    path = _SOURCE_ROOT.sub("", source)
+    path = _ITEM.sub(lambda m: "." + m.group(1), path).replace("._modules.", ".")
+    return ".".join(part for part in path.split(".") if part and part != "_modules")
+
+
+@dataclass(frozen=True)
+class Origin:
+    """One FX node a kernel was generated from."""
+
+    name: str  # the FX node's name
+    op: str  # its aten op (``addmm``), or "" for a node that calls none
+    # The module calls running when it was traced, outermost first: (call key, path, class name);
+    # in a backward graph, those of the forward node it is the gradient of.
+    modules: tuple[tuple[str, str, str], ...]
+    # Computes nothing from what the graph is called with each step (`static_nodes`): a constant;
+    # in a backward graph, anything that depends on no incoming gradient. Inductor may schedule
+    # such a node anywhere (e.g. first), and dedupes constants across the graph.
+    static: bool = False
+
+
+def static_nodes(graph: Any, phase: str) -> set[Any]:
+    """The nodes of an FX graph that compute nothing from its inputs: in a forward, those that
+    depend on no input (``full``, ``arange``, constants); in a backward, those that depend on
+    no incoming gradient. AOTAutograd names a backward's gradient inputs ``tangents_<n>``
+    (2.11, 2.14); the rest of its inputs are saved forward values."""
+    static: set[Any] = set()
+    for node in graph.nodes:
+        if node.op == "placeholder":
+            if phase == "backward" and not node.name.startswith("tangents"):
+                static.add(node)
+        elif all(arg in static for arg in node.all_input_nodes):
+            static.add(node)
+    return static
+
+
+def node_origin(node: Any, phase: str, static: bool = False) -> Origin:
+    meta = getattr(node, "meta", {}) or {}
+    stack = None
+    if phase == "backward":
+        stack = meta.get("fwd_nn_module_stack")
+    if not stack:
+        # Forward; or a forward value recomputed in the backward (it keeps its own stack).
+        stack = meta.get("nn_module_stack")
+    modules = []
+    for key, value in (stack or {}).items():
+        source, cls = value[0], value[1]
+        name = cls if isinstance(cls, str) else getattr(cls, "__name__", str(cls))
+        modules.append((str(key), module_path(str(source)), name.rsplit(".", 1)[-1]))
+    target = getattr(node, "target", None)
+    op = ""
+    if getattr(node, "op", None) == "call_function":
+        packet = getattr(target, "overloadpacket", None)
+        op = getattr(packet, "__name__", None) or getattr(target, "__name__", "") or ""
+    return Origin(str(getattr(node, "name", "")), op, tuple(modules), static)
