@@ -13,8 +13,9 @@ default spec, and one explain type.
 
 from __future__ import annotations
 
-import os
+import re
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -33,7 +34,21 @@ from inductor_steps import blocks_input, make_blocks  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:Full backward hook is firing:UserWarning")
 
-REGIONS = Path(__file__).resolve().parents[1] / "examples" / "regions.nvtx"
+ROOT = Path(__file__).resolve().parents[1]
+REGIONS = ROOT / "examples" / "regions.nvtx"
+
+
+def shown(page: str, marker: str) -> str:
+    """The body of the block marked ``<!-- test: marker -->`` in docs/`page`."""
+    text = (ROOT / "docs" / page).read_text(encoding="utf-8")
+    (body,) = re.findall(rf"<!-- test: {re.escape(marker)} -->\n```\w*\n(.*?)```", text, flags=re.S)
+    return body
+
+
+def page_example(page: str, contains: str) -> str:
+    """The `run` example of docs/`page` that contains `contains`."""
+    (code,) = [body for body in re.findall(r"<!-- test: run -->\n```python\n(.*?)```", (ROOT / "docs" / page).read_text(encoding="utf-8"), flags=re.S) if contains in body]
+    return code
 
 
 class Net(torch.nn.Module):
@@ -78,6 +93,19 @@ def test_each_backend_leaves_out_what_the_table_says():
     assert why_not(marker, "inductor").startswith("'marker <x>' selects kernels inside the model's own NVTX markers")
     assert why_not(marker, "eager").startswith("'op in <mm>' selects ops by name")
     assert why_not(marker, "thunder") is None
+
+
+def test_the_warning_the_backends_page_shows_is_the_real_one():
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+    with pytest.warns(NvtxRegionsWarning) as record:
+        nvtx_regions.annotate(model, "each class <Linear>\nop in <gelu>").remove()
+    assert [str(w.message) for w in record] == [shown("reference/backends.md", "warning").rstrip("\n")]
+    assert "op in <gelu>" in page_example("reference/backends.md", "catch_warnings")
+
+
+def test_the_eager_explanation_the_api_page_shows_is_the_real_one(capsys):
+    exec(compile(page_example("reference/api.md", "nvtx_regions.explain(handle)"), "api.md", "exec"), {})
+    assert capsys.readouterr().out == shown("reference/api.md", "explain eager")
 
 
 # ------------------------------------------------------------------ any spec on eager, through compile()

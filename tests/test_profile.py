@@ -262,6 +262,47 @@ def test_gpu_projected_time_where_the_report_holds_kernels(tutorial, tmp_path):
     assert render_backends(table).startswith("GPU-projected time per module call")
 
 
+# ------------------------------------------------------------------ a spec beyond `each module`: regions, op rules, n/a
+
+
+def test_rules_a_backend_cannot_express_read_n_a_and_the_run_succeeds(tmp_path):
+    """docs/profile.md's command with examples/regions.nvtx (op rules and a region): eager leaves
+    those rules out with one warning and runs the rest; its cells read n/a, never failed."""
+    if unavailable_reason():
+        pytest.skip(unavailable_reason())
+    spec = (ROOT / "examples" / "regions.nvtx").read_text(encoding="utf-8").splitlines()
+    assert doc_block("text", "<!-- profile: regions spec -->").splitlines() == [
+        line.rstrip() for line in spec if line.strip() and not line.lstrip().startswith("#")
+    ]
+    argv = shlex.split(doc_block("bash", "<!-- profile: regions command -->").strip())
+    out = tmp_path / "profile_regions"
+    argv = [str(out) if word == "profile_regions" else PYTHON if word == "python" else word for word in argv[2:]]
+    done = profile(argv, tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    stderr = (out / "eager" / "stderr.txt").read_text()
+    assert stderr.count("NvtxRegionsWarning: 3 rules of the spec are left out under eager PyTorch") == 1
+    assert "rule 'attn0: between first(module <transformer.h.0.attn>)" in stderr and "thunder and Inductor can run it" in stderr
+    assert "left out under Inductor" not in (out / "inductor" / "stderr.txt").read_text()
+    head, cells, _ = table_cells(done.stdout)
+    assert head == ["module", "pass", "eager", "inductor", "inductor/eager"]
+    assert set(cells) == {(block, phase) for block in BLOCKS for phase in PASSES} | {("attn0", "forward")}
+    eager, inductor, ratio = cells[("attn0", "forward")]
+    assert eager == "n/a" and ns_of(inductor)[2] == 1 and ratio == "-"
+    assert "note: rules with one range per op have no rows (their ranges are named after ops): embed, matmuls" in done.stdout
+    assert "note: eager cannot express attn0, embed, matmuls: n/a in their rows" in done.stdout
+    chart = read_chart(out / "profile")
+    assert chart.words == {("attn0", "forward", "eager"): "n/a"}
+    # The docs show a real run of it (times vary, and the order of rows with them).
+    numbers = re.compile(r"\d+(\.\d+)? (s|ms|us|ns)( \(\d+\))?|\d+\.\d+")
+
+    def masked(text: str) -> list[str]:
+        lines = [re.sub(r"\s+", " ", re.sub("-{3,}", "---", numbers.sub("#", line))).rstrip() for line in text.strip().splitlines()]
+        return lines[:6] + sorted(lines[6:-5]) + lines[-5:]
+
+    real = done.stdout[done.stdout.index("CPU time per module call and region") :].replace(str(out), "profile_regions")
+    assert masked(doc_block("text", "<!-- profile: regions table -->")) == masked(real)
+
+
 # ------------------------------------------------------------------ under our capture: missing, failed, ranks
 
 TINY = """
