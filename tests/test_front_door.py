@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import re
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
