@@ -31,6 +31,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--layers", type=int, default=2)
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore", UserWarning)  # thunder's and torch's own chatter
+    warnings.simplefilter("default", nvtx_regions.NvtxRegionsWarning)  # but not ours: what the spec did
 
     model = small_gpt(args.layers)
     compiled = nvtx_regions.compile(model, spec=args.spec, backend=args.backend)

@@ -8,7 +8,7 @@
 
 `compile` gives, for the same spec and with the same range names:
 
-- ``"eager"``: the model itself, with `nvtx_regions.eager.annotate` hooks;
+- ``"eager"``: the model itself, with `nvtx_regions.annotate` hooks;
 - ``"thunder"``: ``thunder.jit(model, transforms=[NvtxProfileTransform(...)])``
   (lightning-thunder is an optional dependency: ``pip install 'nvtx_regions[thunder]'``);
 - ``"inductor"``: ``torch.compile(model, backend=NvtxInductor(...))``.
@@ -29,12 +29,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from .core.naming import DEFAULT_DOMAIN
-from .core.profiling import BACKENDS, ENV_BACKEND, ENV_SPEC, STEP_CATEGORY, step_message
+from .core.profiling import BACKENDS, DEFAULT_SELECT, ENV_BACKEND, ENV_SPEC, STEP_CATEGORY, step_message
 
 __all__ = ["compile", "steps", "default_backend", "BACKENDS", "ENV_BACKEND", "ENV_SPEC", "DEFAULT_SELECT"]
-
-# Every submodule, forward and backward: ranges that every backend emits alike.
-DEFAULT_SELECT = "each module <**>"
 
 T = TypeVar("T")
 
@@ -85,8 +82,10 @@ def compile(
     before ours); inductor: keyword arguments of ``torch.compile``, where
     ``options`` goes to the Inductor backend. Only the chosen backend's are
     used, so one call serves every backend. Eager has no compiler and no
-    arguments; a spec with rules that select trace ops (`op in`, `between`)
-    raises `SelectorError` there.
+    arguments. A rule the chosen backend cannot express (eager: rules that
+    select trace ops, such as `op in` and `between`) is left out with one
+    `NvtxRegionsWarning` naming it (`strict=True`: `SelectorError`), and the
+    rest of the spec runs.
     ``thunder.jit`` and ``torch.compile`` compile on the model's first call,
     so the first step is the compile step.
     """
@@ -129,20 +128,24 @@ def steps(iterable: Iterable[T], *, domain: str | None = DEFAULT_DOMAIN) -> Iter
     asks for the next one, or when it ends (``break`` and exceptions too:
     the generator is closed then). Its NVTX category is ``nvtx_regions.steps``
     (one row in a per-rule summary). `domain`: the spec's NVTX domain, so that
-    ``nvtx-regions profile`` (and nsys's domain filter) sees the steps.
+    ``nvtx-regions profile`` (and nsys's domain filter) sees the steps. Ranges
+    that a failed eager backward left open in the step are closed before it ends.
     """
     from .runtime.clock import StepLoop
-    from .runtime.domain import Domain
+    from .runtime.domain import Domain, calls_of
+    from .runtime.ranges import close_left_open
 
     marks = Domain(domain)
+    calls = calls_of(marks)
     loop = StepLoop()
     try:
         for number, item in enumerate(iterable):
             loop.at(number)
-            marks.handle.push_range(marks.attributes(step_message(number), category=STEP_CATEGORY))
+            calls.push(marks.attributes(step_message(number), category=STEP_CATEGORY), calls.domain_argument)
             try:
                 yield item
             finally:
-                marks.handle.pop_range()
+                close_left_open()  # what a failed eager backward left open, inside this step
+                calls.pop()
     finally:
         loop.close()

@@ -46,7 +46,7 @@ class Chart:
     labels: list[str]  # the rows' labels, top to bottom
     bars: dict[tuple[str, str, str], float]
     ratios: dict[tuple[str, str, str], str]
-    words: dict[tuple[str, str, str], str]  # "missing" or "failed"
+    words: dict[tuple[str, str, str], str]  # "missing", "n/a" or "failed"
 
 
 def _key(gid: str) -> tuple[str, str, str]:
@@ -75,7 +75,7 @@ def read_chart(stem: Path) -> Chart:
             (path,) = group.iter(f"{SVG}path")
             xs = [float(x) for x in re.findall(r"(-?[\d.]+) -?[\d.]+", path.get("d"))]
             bars[_key(gid)] = max(xs) - min(xs)
-        elif gid.startswith(("ratio:", "missing:", "failed:")):
+        elif gid.startswith(("ratio:", "missing:", "n/a:", "failed:")):
             (text,) = group.iter(f"{SVG}text")
             (ratios if gid.startswith("ratio:") else words)[_key(gid)] = text.text.strip()
     width, height = (float(root.get(side).removesuffix("pt")) for side in ("width", "height"))

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from conftest import compiled, gpt_inputs, loss_of, make_gpt, plain_gpt
+import nvtx_regions
 from nvtx_regions import NvtxRegionsWarning, SelectorError, SelectorSyntaxError
 from nvtx_regions.eager import annotate
 from nvtx_regions.testing import balance_problems, check_balanced, flatten, range_tree
@@ -88,9 +89,10 @@ def test_module_scope_gates_and_passes(nvtx_capture):
     )
     with annotate(model, spec) as handle:
         with nvtx_capture() as events:
-            for _ in range(3):
+            for _ in nvtx_regions.steps(range(3), domain="eager_tests_steps"):  # the step clock
                 _step(model)
         assert handle.steps == 3
+    events = [e for e in events if e.domain != "eager_tests_steps"]
     check_balanced(events)
     mlp = [(0, "nvtx_regions", "transformer.h.1.mlp.c_fc"), (0, "nvtx_regions", "transformer.h.1.mlp.c_proj")]
     late = [(0, "nvtx_regions", "transformer.h.0"), (0, "nvtx_regions", "transformer.h.0 (backward)")]
@@ -265,79 +267,94 @@ def test_threads_keep_their_own_stacks(nvtx_capture):
         assert [m for _, _, m in flatten(roots)] == ["inner", "inner", "inner (backward)", "inner (backward)"]
 
 
-_SUPPORTED = (
-    "in annotate() a rule is 'each module <...>' or 'each class <...>', optionally joined with 'and' to "
-    "'forward', 'backward', 'module <...>', 'class <...>', 'rank in <...>' and 'steps a..b'"
+_EAGER = "eager PyTorch runs module calls, not a trace of ops"
+_OP_RULE = (
+    f"a rule that gives one range per selected op; {_EAGER}: write 'each module <...>' or 'each class <...>' "
+    "for one range per module call"
 )
-_TRACE = ", and eager PyTorch has no trace, only module calls; " + _SUPPORTED + ". Use NvtxProfileTransform for this rule"
+_BOTH = "thunder and Inductor can run it"
 
-ERRORS = [
-    ("op in <linear>", "rule 'op in <linear>' (<select>:1): 'op in <linear>' selects trace ops by name" + _TRACE),
+# Rules eager cannot express: (text, why, which backends can), as `selection.support` says.
+UNSUPPORTED = [
+    ("op in <linear>", f"'op in <linear>' selects ops by name; {_EAGER}", _BOTH),
+    ("attn: between t1..t2", f"'between t1..t2' is a region between two ops; {_EAGER}", "thunder can run it"),
     (
-        "each module <*> and op in <linear>",
-        "rule 'each module <*> and op in <linear>' (<select>:1): 'op in <linear>' selects trace ops by name" + _TRACE,
+        "between first(module <transformer.h.0>)..last(module <transformer.h.0>)",
+        f"'between first(module <transformer.h.0>)..last(module <transformer.h.0>)' is a region between two ops; {_EAGER}",
+        _BOTH,
     ),
-    ("attn: between t1..t2", "rule 'attn: between t1..t2' (<select>:1): 'between t1..t2' is a region between trace ops" + _TRACE),
-    ("reads <t_*>", "rule 'reads <t_*>' (<select>:1): 'reads <t_*>' selects trace ops by the proxies they read" + _TRACE),
+    ("reads <t_*>", f"'reads <t_*>' selects ops by the values they read; {_EAGER}", "thunder can run it"),
+    ("source <model.py:3>", f"'source <model.py:3>' selects ops by the source line that recorded them; {_EAGER}", "thunder can run it"),
     (
-        "source <model.py:3>",
-        "rule 'source <model.py:3>' (<select>:1): 'source <model.py:3>' selects trace ops by the source line "
-        "that recorded them" + _TRACE,
+        "backward of (op in <linear>)",
+        f"'backward of (op in <linear>)' maps backward ops to the forward ops they are traced to; {_EAGER}",
+        "thunder can run it",
     ),
-    (
-        "backward of (each module <a>)",
-        "rule 'backward of (each module <a>)' (<select>:1): 'backward of (each module <a>)' maps backward trace "
-        "ops to the forward ops that saved their inputs" + _TRACE,
-    ),
-    ("all", "rule 'all' (<select>:1): 'all' selects every trace op" + _TRACE),
-    (
-        "module <transformer.h.0>",
-        "rule 'module <transformer.h.0>' (<select>:1): 'module <transformer.h.0>' alone selects the ops inside "
-        "matching modules, which only a thunder trace has; for one range per module call write "
-        "'each module <transformer.h.0>' (or restrict an each rule: 'each class <Linear> and module <...>')",
-    ),
-    (
-        "class <Block>",
-        "rule 'class <Block>' (<select>:1): 'class <Block>' alone selects the ops inside matching modules, which "
-        "only a thunder trace has; for one range per module call write 'each class <Block>' (or restrict an each "
-        "rule: 'each class <Linear> and class <...>')",
-    ),
-    ("forward and steps 0..2", "rule 'forward and steps 0..2' (<select>:1): the rule names no module; " + _SUPPORTED),
-    (
-        "each module <a> or each class <B>",
-        "rule 'each module <a> or each class <B>' (<select>:1): 'each module <a> or each class <B>': eager rules "
-        "cannot use 'not' or 'or'; " + _SUPPORTED + ". Write one rule per alternative",
-    ),
-    (
-        "each module <a> and not rank in <0>",
-        "rule 'each module <a> and not rank in <0>' (<select>:1): 'not rank in <0>': eager rules cannot use "
-        "'not' or 'or'; " + _SUPPORTED + ". Write one rule per alternative",
-    ),
-    (
-        "each module <a> and each class <B>",
-        "rule 'each module <a> and each class <B>' (<select>:1): 'each class <B>' is a rule of its own (one "
-        "range per module call): join it only with 'and forward', 'and backward', 'and module <...>', "
-        "'and class <...>' or run-time gates, at the top of the rule; to select the ops inside modules write "
-        "'module <...>' or 'class <...>' instead",
-    ),
+    ("all", f"'all' selects every op; {_EAGER}", _BOTH),
+    ("marker <attn>", f"'marker <attn>' selects ops inside the model's own markers; {_EAGER}", "thunder can run it"),
+    ("not op in <mul>", f"'not op in <mul>' combines op filters; {_EAGER}", _BOTH),
+    ("module <transformer.h.0>", _OP_RULE, _BOTH),
+    ("class <Block>", _OP_RULE, _BOTH),
+    ("forward and steps 0..2", _OP_RULE, _BOTH),
 ]
 
 
-@pytest.mark.parametrize("text, message", ERRORS, ids=[t for t, _ in ERRORS])
-def test_rules_without_an_eager_meaning(text, message):
+@pytest.mark.parametrize("text, why, who", UNSUPPORTED, ids=[t for t, _, _ in UNSUPPORTED])
+def test_rules_eager_cannot_express_are_left_out_with_one_warning(nvtx_capture, text, why, who):
+    model = plain_gpt(1)
+    before = _hook_state(model)
+    problem = f"rule {text!r} (<select>:2): not supported under eager PyTorch: {why}; {who}"
+    with pytest.raises(SelectorError) as error:
+        annotate(model, f"each module <transformer.h.0>\n{text}", strict=True)
+    assert str(error.value) == problem
+    assert _hook_state(model) == before
+    # Without strict=True: one warning, pointing at the caller, and the rest of the spec runs.
+    with pytest.warns(NvtxRegionsWarning) as record:
+        handle = annotate(model, f"each module <transformer.h.0>\n{text}")
+    assert [str(w.message) for w in record] == [
+        "1 rule of the spec is left out under eager PyTorch, and the rest runs (strict=True makes this a "
+        f"SelectorError):\n  {problem}"
+    ]
+    assert record[0].filename == __file__
+    with handle, nvtx_capture() as events:
+        _step(model)
+    assert [m for _, _, m in _ranges(events)] == ["transformer.h.0", "transformer.h.0 (backward)"]
+    assert "not supported under eager PyTorch" in str(handle.explain())
+
+
+def test_one_warning_names_every_rule_left_out(tmp_path):
+    spec = tmp_path / "eager.nvtx"
+    spec.write_text("each module <transformer.h.*>\n\nlinears: op in <linear>\nattn: between t1..t2\n")
+    with pytest.warns(NvtxRegionsWarning) as record:
+        annotate(plain_gpt(1), spec=spec).remove()
+    (warning,) = record
+    lines = str(warning.message).splitlines()
+    assert lines[0].startswith("2 rules of the spec are left out under eager PyTorch, and the rest runs")
+    assert lines[1].startswith(f"  rule 'linears: op in <linear>' ({spec}:3): not supported under eager PyTorch: ")
+    assert lines[2].startswith(f"  rule 'attn: between t1..t2' ({spec}:4): not supported under eager PyTorch: ")
+
+
+SPEC_ERRORS = [
+    "each module <a> or each class <B>",
+    "each module <a> and not rank in <0>",
+    "each module <a> and each class <B>",
+    "each module <*> and op in <linear>",
+]
+
+
+@pytest.mark.parametrize("text", SPEC_ERRORS)
+def test_spec_errors_are_the_same_error_as_on_every_backend(text):
+    from nvtx_regions import parse
+    from nvtx_regions.selection.compile import compile_spec
+
+    with pytest.raises(SelectorError) as expected:
+        compile_spec(parse(text))
     model = plain_gpt(1)
     before = _hook_state(model)
     with pytest.raises(SelectorError) as error:
         annotate(model, text)
-    assert str(error.value) == message
+    assert str(error.value) == str(expected.value)
     assert _hook_state(model) == before
-
-
-def test_errors_name_the_file_line(tmp_path):
-    spec = tmp_path / "eager.nvtx"
-    spec.write_text("each module <transformer.h.*>\n\nlinears: op in <linear>\n")
-    with pytest.raises(SelectorError, match=r"^rule 'linears: op in <linear>' \(.*eager\.nvtx:3\): "):
-        annotate(plain_gpt(1), spec=spec)
 
 
 def test_argument_errors():

@@ -262,6 +262,85 @@ def test_gpu_projected_time_where_the_report_holds_kernels(tutorial, tmp_path):
     assert render_backends(table).startswith("GPU-projected time per module call")
 
 
+# ------------------------------------------------------------------ a spec beyond `each module`: regions, op rules, n/a
+
+
+def test_rules_a_backend_cannot_express_read_n_a_and_the_run_succeeds(tmp_path):
+    """docs/profile.md's command with examples/regions.nvtx (op rules and a region): eager leaves
+    those rules out with one warning and runs the rest; its cells read n/a, never failed."""
+    if unavailable_reason():
+        pytest.skip(unavailable_reason())
+    spec = (ROOT / "examples" / "regions.nvtx").read_text(encoding="utf-8").splitlines()
+    assert doc_block("text", "<!-- profile: regions spec -->").splitlines() == [
+        line.rstrip() for line in spec if line.strip() and not line.lstrip().startswith("#")
+    ]
+    argv = shlex.split(doc_block("bash", "<!-- profile: regions command -->").strip())
+    out = tmp_path / "profile_regions"
+    argv = [str(out) if word == "profile_regions" else PYTHON if word == "python" else word for word in argv[2:]]
+    done = profile(argv, tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    stderr = (out / "eager" / "stderr.txt").read_text()
+    assert stderr.count("NvtxRegionsWarning: 3 rules of the spec are left out under eager PyTorch") == 1
+    assert "rule 'attn0: between first(module <transformer.h.0.attn>)" in stderr and "thunder and Inductor can run it" in stderr
+    assert "left out under Inductor" not in (out / "inductor" / "stderr.txt").read_text()
+    head, cells, _ = table_cells(done.stdout)
+    assert head == ["module", "pass", "eager", "inductor", "inductor/eager"]
+    assert set(cells) == {(block, phase) for block in BLOCKS for phase in PASSES} | {("attn0", "forward")}
+    eager, inductor, ratio = cells[("attn0", "forward")]
+    assert eager == "n/a" and ns_of(inductor)[2] == 1 and ratio == "-"
+    assert "note: rules with one range per op have no rows (their ranges are named after ops): embed, matmuls" in done.stdout
+    assert "note: eager cannot express attn0, embed, matmuls: n/a in their rows" in done.stdout
+    chart = read_chart(out / "profile")
+    assert chart.words == {("attn0", "forward", "eager"): "n/a"}
+    # The docs show a real run of it (times vary, and the order of rows with them).
+    numbers = re.compile(r"\d+(\.\d+)? (s|ms|us|ns)( \(\d+\))?|\d+\.\d+")
+
+    def masked(text: str) -> list[str]:
+        lines = [re.sub(r"\s+", " ", re.sub("-{3,}", "---", numbers.sub("#", line))).rstrip() for line in text.strip().splitlines()]
+        return lines[:6] + sorted(lines[6:-5]) + lines[-5:]
+
+    real = done.stdout[done.stdout.index("CPU time per module call and region") :].replace(str(out), "profile_regions")
+    assert masked(doc_block("text", "<!-- profile: regions table -->")) == masked(real)
+
+
+def test_rows_from_the_spec_regions_per_op_rules_and_n_a():
+    """The table's rows without a run: module rows, region rows by label and pass, per-op ranges (even
+    one named like a module path, as an Inductor kernel is) never, and n/a where a backend cannot express the rule."""
+    from nvtx_regions import parse
+    from nvtx_regions.capture.chrome import RangeRecord
+    from nvtx_regions.report.reader import RangeFile, Ranges
+    from nvtx_regions.selection.compile import compile_spec
+
+    spec = compile_spec(parse("blocks: each module <h.*>\nattn: between first(op in <mm>)..last(op in <mm>)\nmm: op in <mm>"))
+    at = iter(range(0, 10**6, 100))
+
+    def step(number: int, *ranges: tuple[str, str]) -> list[RangeRecord]:
+        start = next(at)
+        inner = [RangeRecord(0, 0, "nvtx_regions", m, next(at), next(at), 1, category_name=c) for m, c in ranges]
+        return [RangeRecord(0, 0, "nvtx_regions", f"step {number}", start, next(at), 0, category_name="nvtx_regions.steps"), *inner]
+
+    def run(backend: str, *ranges: tuple[str, str]) -> BackendRun:
+        records = [r for n in range(3) for r in step(n, *ranges)]
+        return BackendRun(backend, Ranges((RangeFile("x", False, tuple(records)),)))
+
+    module = [("h.0", "blocks"), ("h.0 (backward)", "blocks")]
+    table = compare_backends(
+        [run("eager", *module), run("inductor", *module, ("attn", "attn"), ("extern_kernels.mm", "mm"))],
+        warmup=1, spec=spec,
+    )  # fmt: skip
+    assert {(row.module, row.phase) for row in table.rows} == {("h.0", "forward"), ("h.0", "backward"), ("attn", "both")}
+    (attn,) = [row for row in table.rows if row.module == "attn"]
+    assert attn.region and attn.not_applicable == (True, False) and attn.times[0] is None and attn.times[1].n == 1
+    text = render_backends(table)
+    assert text.startswith("CPU time per module call and region:")
+    assert re.search(r"^attn +both +n/a +100 ns \(1\) +-$", text, flags=re.M), text
+    assert "note: rules with one range per op have no rows (their ranges are named after ops): mm" in text
+    assert "note: eager cannot express attn, mm: n/a in their rows" in text
+    # Without the spec: module rows only, as the ranges alone tell (the kernel's range looks like a module's).
+    plain = compare_backends([run("eager", *module), run("inductor", *module, ("attn", "attn"), ("extern_kernels.mm", "mm"))])
+    assert {row.module for row in plain.rows} == {"h.0", "extern_kernels.mm"}
+
+
 # ------------------------------------------------------------------ under our capture: missing, failed, ranks
 
 TINY = """

@@ -20,12 +20,15 @@ to the spec's path:
   command writes.
 
 Each run's reports are read by `report.reader.read_ranges`. Then it prints
-the table of `report.backends_table`: per module and pass,
-the median over the measured steps (the compile step 0 and ``--warmup N``
-more are left out) per backend with n, the ratio to ``--baseline`` (default
-the first backend), largest ratios first; rank ``--rank`` (default 0). A
-module one backend lacks is ``missing``; a backend whose run fails is
-reported with its exit status and the tail of its stderr, and the others still run.
+the table of `report.backends_table`: per module (and per region of a
+``between`` rule) and pass, the median over the measured steps (the compile
+step 0 and ``--warmup N`` more are left out) per backend with n, the ratio to
+``--baseline`` (default the first backend), largest ratios first; rank
+``--rank`` (default 0). A module one backend lacks is ``missing``; a rule a
+backend cannot express (eager and ``between``, say) runs nowhere there, and its
+rows read ``n/a`` (the run itself warns once and runs the rest of the spec);
+a backend whose run fails is reported with its exit status and the tail of
+its stderr, and the others still run.
 
 Exit status: 0; 1 when a backend failed or no run held a module range;
 2 for a usage or spec error.
@@ -76,7 +79,7 @@ _TAIL_LINES = 15
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``nvtx-regions profile`` (the command after ``--`` is not among them)."""
-    parser.add_argument("spec", help="a .nvtx spec file; its `each module` rules give the table's rows")
+    parser.add_argument("spec", help="a .nvtx spec file; its `each module`, `each class` and `between` rules give the table's rows")
     parser.add_argument("--backends", help="comma-separated, in column order (default eager,thunder,inductor; eager,inductor where thunder is not installed)")
     parser.add_argument("--baseline", help="the backend the ratios divide by (default: the first)")
     parser.add_argument("--warmup", type=int, default=1, help="steps left out after the compile step 0 (default 1)")
@@ -263,7 +266,7 @@ def run(args: argparse.Namespace) -> int:
     backends, baseline = _backends(args.backends, args.baseline)
     if args.warmup < 0:
         raise UsageError(f"--warmup {args.warmup}: give a number of steps >= 0")
-    compile_spec(load(args.spec))  # a spec error stops here, before any run
+    compiled = compile_spec(load(args.spec))  # a spec error stops here, before any run
     use_nsys = choose_tool(args.tool) == "nsys"
     folder = _output_folder(args.output, backends, args.force_overwrite)
     if use_nsys:
@@ -276,7 +279,7 @@ def run(args: argparse.Namespace) -> int:
     for number, backend in enumerate(backends, 1):
         print(f"nvtx-regions profile: {backend} ({number}/{len(backends)}) under {tool}: {shlex.join(command)}", flush=True)
         runs.append(_run_backend(backend, args, command, folder / backend, use_nsys))
-    table = compare_backends(runs, baseline=baseline, warmup=args.warmup)
+    table = compare_backends(runs, baseline=baseline, warmup=args.warmup, spec=compiled)
     text = render_backends(table)
     where = write_outputs(folder, table, text)
     sys.stdout.flush()

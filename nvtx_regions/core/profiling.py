@@ -1,6 +1,6 @@
 """What `nvtx_regions.compile`/`steps` and ``nvtx-regions profile`` share, written once.
 
-The backends, and the environment variables through which the command
+The backends, the spec they run when given none, and the environment variables through which the command
 chooses a script's backend and spec. `nvtx_regions.steps` pushes one range per training step, named ``step N``
 (N from 0), in the spec's NVTX domain and category ``nvtx_regions.steps``. ``nvtx-regions profile`` reads them
 back from a report to tell warm-up steps from measured ones. The message is
@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["BACKENDS", "ENV_BACKEND", "ENV_SPEC", "STEP_CATEGORY", "step_message", "step_number"]
+__all__ = ["BACKENDS", "DEFAULT_SELECT", "ENV_BACKEND", "ENV_SPEC", "STEP_CATEGORY", "step_message", "step_number"]
 
 BACKENDS = ("eager", "thunder", "inductor")
+# The spec of `compile`, `annotate` and `NvtxInductor` when given none: every module, forward and
+# backward, ranges that every backend emits alike. (`NvtxProfileTransform` alone defaults to `all`,
+# as thunder's own NVTX transform annotates every op.)
+DEFAULT_SELECT = "each module <**>"
 # Set by `nvtx-regions profile` for each run of the user's command.
 ENV_BACKEND = "NVTX_REGIONS_BACKEND"
 ENV_SPEC = "NVTX_REGIONS_SPEC"

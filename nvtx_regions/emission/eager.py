@@ -1,24 +1,28 @@
-"""The module rules of a spec, as NVTX ranges on an eager `torch.nn.Module`.
+"""A spec's ranges on the module calls of an eager `torch.nn.Module`, as hooks.
 
-    from nvtx_regions import eager
-    with eager.annotate(model, "each module <transformer.h.*>"):
+    import nvtx_regions
+    with nvtx_regions.annotate(model, "each module <transformer.h.*>"):
         model(idx, targets)[1].backward()
 
-The ranges have the messages, domain, colours and categories that
-`NvtxProfileTransform` gives the same spec under thunder, so an eager profile
-and a thunder profile of one model compare range by range
+Which module gets which range comes from the same engine as on the thunder
+and Inductor backends: `compile_spec`, then `make_plan` over the view of the
+model's module tree (`emission.eager_view`), one view per pass. So the ranges
+have the messages, nesting, domain, colours and categories that
+`NvtxProfileTransform` and `NvtxInductor` give the same spec, and an eager
+profile compares with a thunder or an Inductor one range by range
 (``nvtx-regions compare``). A forward range is the module's path
 (``transformer.h.0``; the root module's class name); its backward range adds
 ``" (backward)"``.
 
-Supported rules: ``each module <...>`` and ``each class <...>``, joined with
+Eager runs ``each module <...>`` and ``each class <...>`` rules, joined with
 ``and`` to ``forward`` / ``backward``, to ``module <...>`` / ``class <...>``
 (only modules at or below a matching path in ``model.named_modules()``) and
 to the run-time gates ``rank in <...>`` and ``steps a..b``. A step is one call
-of the root model's ``forward`` (from 0) and the backward that follows it.
-Rules that select ops of a trace raise `SelectorError` here. An
+of the root model's ``forward`` (from 0) and the backward that follows it. An
 ``each marker <...>`` rule adds nothing: the model's own markers run in eager
-as written, which is what the thunder side re-emits.
+as written, which is what the thunder side re-emits. Rules that select ops of
+a trace are left out, with one `NvtxRegionsWarning` naming them
+(`selection.support`; ``strict=True``: `SelectorError`), and the rest runs.
 
 How the ranges are made, and the promises that follow:
 - forward: a forward pre-hook pushes, a forward hook registered with
@@ -45,20 +49,35 @@ threads, and ranges a failed backward leaves there are not recovered.
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..internals.autograd import autograd_internals, full_backward_hook_flag, restore_full_backward_hook_flag
-from ..core.naming import DEFAULT_DOMAIN, module_call_name, range_message, rule_category, rule_color
 from ..core.globs import name_matcher, path_matcher
+from ..core.naming import DEFAULT_DOMAIN, module_call_name, range_message, rule_category, rule_color
+from ..core.profiling import DEFAULT_SELECT
 from ..language.parse import parse, spec_from_arguments
+from ..language.tree import EachClass, EachModule, conjuncts
+from ..selection.compile import CompiledRule, CompiledSpec, EachRule, compile_spec
+from ..selection.explanation import Explanation, explain_views
+from ..selection.plan import make_plan
+from ..selection.support import report_unsupported, restrict
 from ..selection.unselected import nearest, report_unselected
-from .eager_rules import EagerRule, eager_rules, modules_above
-from ..runtime.clock import current_rank
-from ..runtime.domain import Domain
+from .eager_view import module_views
+from ..runtime.clock import current_rank, current_step, start_counting
+from ..runtime.domain import Domain, calls_of
+from ..runtime.ranges import leave_open
 
-__all__ = ["annotate", "EagerAnnotation"]
+__all__ = ["annotate", "EagerAnnotation", "EagerRule"]
+
+
+@dataclass(frozen=True)
+class EagerRule:
+    """One rule of the spec as the hooks gate it (`compiled.gate`); its index is its rule number."""
+
+    compiled: CompiledRule
 
 
 @dataclass
@@ -75,7 +94,7 @@ class _Open:
 
 @dataclass
 class _Target:
-    """One hooked module: its ranges per pass, as (rule index, prebuilt attributes), in rule order."""
+    """One hooked module: its ranges per pass, as (rule index, prebuilt attributes), in push order."""
 
     module: Any
     path: str
@@ -87,19 +106,26 @@ class _Target:
 class EagerAnnotation:
     """The hooks `annotate` put on a model. `remove()` takes them off; also a context manager.
 
-    `steps` is how many times the root model's forward has been called.
+    `steps` is how many times the root model's forward has been called (gates read the step
+    clock, `runtime.clock`, as on every backend);
+    `explain()` says what each rule selected; `messages` lists the ranges of a step.
     """
 
-    def __init__(self, model: Any, rules: list[EagerRule], domain: str | None, *, strict: bool = False) -> None:
+    def __init__(self, model: Any, compiled: CompiledSpec, domain: str | None, *, strict: bool = False) -> None:
         self.model = model
-        self.rules = rules
+        self.compiled = restrict(compiled, "eager")
+        self.rules = [EagerRule(rule) for rule in self.compiled.rules]
+        self.domain_name = domain
         self.domain = Domain(domain)
+        self._calls = calls_of(self.domain)
+        start_counting()  # optimizer steps, for `steps a..b` outside a `steps` loop
         self.steps = 0
-        self._open_rules = [self._is_open(r, 0) for r in rules]
+        self._open_rules = [self._is_open(r, 0) for r in self.rules]
         self._local = threading.local()
         self._handles: list[Any] = []
         self._targets: list[_Target] = []
         self._removed = False
+        report_unsupported(self.compiled, strict=strict, stacklevel=3)
         try:
             self._install()
             self._report_unselected(strict)
@@ -119,6 +145,19 @@ class EagerAnnotation:
             out += [("backward", range_message(name, "backward"))] * len(target.backward)
         return out
 
+    def explain(
+        self, select: str | None = None, *, spec: str | os.PathLike[str] | None = None, max_ops: int = 12
+    ) -> Explanation:
+        """What each rule of this annotation's spec (or of `select`/`spec`) selects in the model's module tree."""
+        given = spec_from_arguments(select, spec)
+        compiled = self.compiled if given is None else restrict(compile_spec(given), "eager")
+        plans = self._plans if given is None else None
+        modules = len(self.views[0].ops)
+        header = f"annotate({type(self.model).__name__}): {modules} module{'s' * (modules != 1)}, forward and backward"
+        return explain_views(
+            compiled, self.views, unit="module", plans=plans, header=header, max_ops=max_ops, domain=self.domain_name
+        )
+
     def remove(self) -> None:
         """Remove every hook and restore each module's hook state; pop ranges left open on this thread."""
         if self._removed:
@@ -137,30 +176,25 @@ class EagerAnnotation:
     def __exit__(self, *exc: Any) -> None:
         self.remove()
 
-    # -- hooks -----------------------------------------------------------------
+    # -- which modules get which ranges ---------------------------------------
 
     def _install(self) -> None:
         self._autograd = autograd_internals()
-        named = list(self.model.named_modules())
-        classes = {path: type(m).__name__ for path, m in named}
-        self._selected = [0] * len(self.rules)
-        for path, module in named:
-            cls = type(module).__name__
-            above = modules_above(path, classes)
-            name = module_call_name(path, cls)
-            target = _Target(module, path, was_full_backward_hook=full_backward_hook_flag(module))
-            for index, rule in enumerate(self.rules):
-                if not rule.selects(path, cls, above):
-                    continue
-                self._selected[index] += 1
-                category = rule_category(rule.rule)
-                color = rule_color(rule.compiled.number)
-                for phase in rule.passes():
-                    message = range_message(name, phase)
-                    attributes = self.domain.attributes(message, color=color, category=category)
-                    getattr(target, phase).append((index, attributes))
-            if target.forward or target.backward:
-                self._targets.append(target)
+        self.views = module_views(self.model)
+        self._plans = [make_plan(self.compiled, view, self.domain_name) for view in self.views]
+        targets: dict[int, _Target] = {}
+        for view, plan in zip(self.views, self._plans):
+            for planned in plan.ranges:
+                op = view.ops[planned.start]
+                target = targets.get(op.index)
+                if target is None:
+                    was = full_backward_hook_flag(op.module)
+                    target = targets[op.index] = _Target(op.module, op.path, was_full_backward_hook=was)
+                rule = self.compiled.rules[planned.rules[0]]
+                color, category = rule_color(rule.number), rule_category(rule.rule)
+                attributes = self.domain.attributes(planned.label, color=color, category=category)
+                getattr(target, view.phase).append((rule.number, attributes))
+        self._targets = [targets[index] for index in sorted(targets)]
         # The step counter runs first, before any range of the root is pushed.
         self._handles.append(self.model.register_forward_pre_hook(self._root_pre_hook, prepend=True))
         for target in self._targets:
@@ -180,27 +214,31 @@ class EagerAnnotation:
                     ) from None
 
     def _report_unselected(self, strict: bool) -> None:
-        """Warn (with `strict`, raise `SelectorError`) for each rule that matches no module."""
-        paths = [path for path, _ in self.model.named_modules() if path]
-        classes = sorted({type(m).__name__ for m in self.model.modules()})
+        """Warn (with `strict`, raise `SelectorError`) for each each-module/class rule that matches no module."""
+        model = self.model
+        paths = [path for path, _ in model.named_modules() if path]
+        classes = sorted({type(m).__name__ for m in model.modules()})
         problems = []
-        for rule, count in zip(self.rules, self._selected):
-            if count:
-                continue
-            each = rule.compiled.each
+        for rule in self.compiled.rules:
+            if not isinstance(rule, EachRule) or any(plan.per_rule[rule.number].ranges for plan in self._plans):
+                continue  # `each marker` rules add nothing in eager, by design
+            each = rule.each
             if each.never:
                 reason = "'forward and backward' is never true"
             else:
+                (written,) = [e for e in conjuncts(rule.rule.expr) if isinstance(e, (EachModule, EachClass))]
                 names = paths if each.by == "module" else classes
                 matcher = path_matcher if each.by == "module" else name_matcher
-                missing = [g for g in rule.each_globs if not any(map(matcher((g,)), names))]
+                missing = [g for g in written.globs if not any(map(matcher((g,)), names))]
                 if missing:
                     hint = nearest(missing[0], names)
-                    reason = f"{each.by} {missing[0]!r} matches no module of this {type(self.model).__name__}{hint}"
+                    reason = f"{each.by} {missing[0]!r} matches no module of this {type(model).__name__}{hint}"
                 else:
                     reason = "its 'module <...>' / 'class <...>' scope excludes every module it matches"
-            problems.append(f"{rule.compiled.describe()} selected no module; {reason}")
+            problems.append(f"{rule.describe()} selected no module; {reason}")
         report_unselected(problems, strict=strict, stacklevel=4)
+
+    # -- hooks -----------------------------------------------------------------
 
     def _stack(self) -> list[_Open]:
         stack = self._local.__dict__.get("stack")
@@ -218,25 +256,26 @@ class EagerAnnotation:
             # Outside any backward nothing of ours is open on this thread,
             # unless a backward raised with ranges open.
             self._recover()
-        step, self.steps = self.steps, self.steps + 1
+        self.steps += 1
         if any(rule.compiled.gate is not None for rule in self.rules):
+            step = current_step()
             self._open_rules = [self._is_open(r, step) for r in self.rules]
 
     def _push(self, entries: list[tuple[int, Any]]) -> int:
-        handle = self.domain.handle
+        push, domain = self._calls.push, self._calls.domain_argument
         pushed = 0
         for index, attributes in entries:
             if self._open_rules[index]:
-                handle.push_range(attributes)
+                push(attributes, domain)
                 pushed += 1
         return pushed
 
     def _pop(self, stack: list[_Open], position: int) -> None:
         """Pop the NVTX ranges of `stack[position:]`, innermost first, and drop those entries."""
-        handle = self.domain.handle
+        pop = self._calls.pop
         for entry in reversed(stack[position:]):
             for _ in range(entry.pushed):
-                handle.pop_range()
+                pop()
         del stack[position:]
 
     def _recover(self) -> None:
@@ -273,6 +312,7 @@ class EagerAnnotation:
             task = autograd.graph_task_id()
             if task not in self._local.tasks:
                 self._local.tasks.add(task)
+                leave_open(self._recover)  # a backward that raises calls no hook of ours
                 # Closes what is still open when this backward succeeds (e.g. a
                 # deferred range, or a module whose inputs' gradients were not asked for).
                 autograd.queue_callback(lambda: self._end_task(task))
@@ -321,13 +361,15 @@ def annotate(
 
     `select`, `spec` (a ``.nvtx`` file) and `domain` mean what they mean for
     `NvtxProfileTransform`; with neither `select` nor `spec` the spec is
-    ``each module <**>`` (every submodule). Returns an `EagerAnnotation`:
+    ``each module <**>`` (every module). Returns an `EagerAnnotation`:
     call ``remove()`` or use it as a context manager.
 
     Raises `SelectorSyntaxError` for text that does not parse and
-    `SelectorError` for a rule with no eager meaning, naming the rule. A rule
-    that matches no module of `model` gets a `NvtxRegionsWarning` with the
-    nearest module names (`strict=True`: `SelectorError`, and no hooks stay).
+    `SelectorError` for a spec error (as every backend does). Rules that eager
+    cannot express (they select ops of a trace) are left out with one
+    `NvtxRegionsWarning` naming them; a rule that matches no module of
+    `model` gets a `NvtxRegionsWarning` with the nearest module names.
+    `strict=True` makes both a `SelectorError`, and no hooks stay.
     """
     if select is not None and not isinstance(select, str):
         raise TypeError(f"select= takes spec text (str), not {type(select).__name__}")
@@ -335,5 +377,5 @@ def annotate(
         raise TypeError(f"domain= takes a str or None, not {type(domain).__name__}")
     if not hasattr(model, "named_modules") or not hasattr(model, "register_forward_pre_hook"):
         raise TypeError(f"annotate() takes a torch.nn.Module, not {type(model).__name__}")
-    parsed = spec_from_arguments(select, spec) or parse("each module <**>")
-    return EagerAnnotation(model, eager_rules(parsed), domain, strict=bool(strict))
+    parsed = spec_from_arguments(select, spec) or parse(DEFAULT_SELECT)
+    return EagerAnnotation(model, compile_spec(parsed), domain, strict=bool(strict))

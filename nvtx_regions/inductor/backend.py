@@ -23,33 +23,39 @@ Promises:
   placed: one `NvtxRegionsWarning` says so, and the graph compiles without.
 - Made on a torch that lacks a part of Inductor it reaches into, it raises
   `UnsupportedTorchError` naming what is missing (`internals.inductor_reaches`).
-- Rules with no meaning under Inductor raise `SelectorError` here
-  (`inductor.check`); rules that select nothing in any graph compiled so far
-  warn (or, with ``strict=True``, raise) once.
+- Rules with no meaning under Inductor are left out, named once in one
+  `NvtxRegionsWarning` (`inductor.check`, `selection.support`); rules that
+  select nothing in any graph compiled so far warn once. ``strict=True``
+  makes either a `SelectorError`.
+- Without a spec, the spec is ``each module <**>``, as for `compile` and `annotate`.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core.errors import NvtxRegionsWarning, SelectorError
 from ..core.naming import DEFAULT_DOMAIN
+from ..core.profiling import DEFAULT_SELECT
 from ..internals import inductor as internals
-from ..language.parse import spec_from_arguments
+from ..language.parse import parse, spec_from_arguments
 from ..runtime.clock import start_counting
 from ..language.tree import render
-from ..selection.compile import compile_spec
 from ..selection.plan import Plan, make_plan
 from ..selection.unselected import RuleTally
 from .check import check_spec
 from .kernels import KernelView, kernel_view
 from .placement import placement
+
+if TYPE_CHECKING:
+    from ..selection.explanation import Explanation
 
 __all__ = ["NvtxInductor", "PlacedGraph", "build_digest"]
 
@@ -81,7 +87,7 @@ class PlacedGraph:
 
 class NvtxInductor:
     """A ``torch.compile`` backend: Inductor, with the ranges of `select` (spec text) and/or `spec`
-    (a ``.nvtx`` file) in the generated wrapper (see the module doc).
+    (a ``.nvtx`` file) in the generated wrapper (see the module doc); with neither, ``each module <**>``.
 
     `domain`: the NVTX domain (None: NVTX's default one). `options`: Inductor
     options, as ``torch.compile(options=)``. `graphs` lists what was placed.
@@ -98,12 +104,9 @@ class NvtxInductor:
     ) -> None:
         internals.check_reaches()
         start_counting()  # optimizer steps, for `steps a..b` outside a `steps` loop
-        parsed = spec_from_arguments(select, spec)
-        if parsed is None:
-            raise SelectorError("NvtxInductor needs a spec: pass select='each module <...>' or spec='file.nvtx'")
-        check_spec(parsed)
+        parsed = spec_from_arguments(select, spec) or parse(DEFAULT_SELECT)
+        self.compiled = check_spec(parsed, strict=strict, stacklevel=2)
         self.spec = parsed
-        self.compiled = compile_spec(parsed)
         self.domain = domain
         self.strict = strict
         self.options = dict(options or {})
@@ -200,8 +203,11 @@ class NvtxInductor:
         for problem in problems:
             warnings.warn(problem, NvtxRegionsWarning, stacklevel=2)
 
-    def explain(self) -> str:
-        """What each rule selected in each graph placed so far (`inductor.explain`)."""
+    def explain(
+        self, select: str | None = None, *, spec: str | os.PathLike[str] | None = None, max_ops: int = 12
+    ) -> Explanation:
+        """What each rule of this backend's spec (or of `select`/`spec`) selected in each graph placed
+        so far (`inductor.explain`); ``str()`` of it reads as a report."""
         from .explain import explain_graphs
 
-        return explain_graphs(self)
+        return explain_graphs(self, spec_from_arguments(select, spec), max_ops=max_ops)

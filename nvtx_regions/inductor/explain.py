@@ -1,17 +1,21 @@
-"""What each rule of an `NvtxInductor` selected, graph by graph, as text.
+"""What each rule of an `NvtxInductor` selected, graph by graph: an `Explanation`, as for every backend.
 
 Per graph placed in this process (a graph served from Inductor's cache was
-placed where it was compiled, and is not listed): its kernels in call order
-with the module each belongs to ("hoisted": it does not stretch its module's
-range, `inductor.kernels`), then per rule how many ranges it made and over
-which kernels.
+placed where it was compiled, and is not listed): per rule how many ranges it
+made and over which kernels, and, after the rules, the graph's kernels in
+call order with the module each belongs to ("hoisted": it does not stretch
+its module's range, `inductor.kernels`).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..core.bits import bit_positions
+from ..language.tree import Spec
+from ..selection.compile import compile_spec
+from ..selection.explanation import Explanation, explain_views
+from ..selection.support import restrict
+from .kernels import KernelView
 
 if TYPE_CHECKING:
     from .backend import NvtxInductor
@@ -19,20 +23,26 @@ if TYPE_CHECKING:
 __all__ = ["explain_graphs"]
 
 
-def explain_graphs(backend: NvtxInductor) -> str:
-    """The explanation of every graph `backend` placed ranges in (see the module doc)."""
-    out = [f"{backend!r}: {len(backend.graphs)} graph(s) placed in this process"]
-    for placed in backend.graphs:
-        view, plan = placed.view, placed.plan
-        out.append("")
-        out.append(f"{view.name}: {len(view.ops)} kernel calls, {len(plan.ranges)} ranges")
-        for op in view.ops:
-            module = op.chain[-1].path if op.chain else "-"
-            out.append(f"  #{op.index:<3} {op.name:<48} {module}{'  (hoisted)' if op.hoisted else ''}")
-        for rule, found in zip(backend.compiled.rules, plan.per_rule):
-            kernels = [f"#{p}" for p in bit_positions(found.selected)]
-            shown = ", ".join(kernels[:12]) + (", ..." if len(kernels) > 12 else "")
-            out.append(f"  {rule.describe()}: {found.ranges} range(s) over {len(kernels)} kernel(s){': ' + shown if kernels else ''}")
-            for span in found.spans:
-                out.append(f"    {span.label!r}: kernels #{span.first}..#{span.last}")
-    return "\n".join(out)
+def _listing(view: KernelView) -> tuple[str, ...]:
+    lines = []
+    for op in view.ops:
+        module = op.chain[-1].path if op.chain else "-"
+        lines.append(f"#{op.index:<3} {op.name:<48} {module}{'  (hoisted)' if op.hoisted else ''}")
+    return tuple(lines)
+
+
+def explain_graphs(backend: NvtxInductor, spec: Spec | None = None, *, max_ops: int = 12) -> Explanation:
+    """The explanation of `spec` (by default the backend's own) over every graph `backend` placed
+    ranges in (see the module doc). Raises `SelectorError` for a spec error."""
+    graphs = list(backend.graphs)
+    views = [placed.view for placed in graphs]
+    return explain_views(
+        backend.compiled if spec is None else restrict(compile_spec(spec), "inductor"),
+        views,
+        unit="kernel",
+        plans=[placed.plan for placed in graphs] if spec is None else None,
+        listings=[_listing(view) for view in views],
+        header=f"{backend!r}: {len(graphs)} graph(s) placed in this process",
+        max_ops=max_ops,
+        domain=backend.domain,
+    )

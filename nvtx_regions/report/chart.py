@@ -2,20 +2,21 @@
 
     png, svg = write_chart(compare_backends(runs), "out/profile")   # out/profile.png, out/profile.svg
 
-One row per module and pass (labelled ``transformer.h.0 (forward)``), in
+One row per module (or region) and pass (labelled ``transformer.h.0 (forward)``), in
 the table's order, so the largest ratio to the baseline is at the top. In a
 row, one horizontal bar per backend, one colour per backend (Okabe-Ito,
 colour-blind safe; the legend names them and marks the baseline), all on
 one time axis with ticks, in the unit that suits the longest bar
 (`report.numbers`). At the end of each other backend's bar stands its ratio
 to the baseline (``1.59x``). A backend with no range in a row has the word
-``missing`` where its bar would start (``failed`` when its run failed). The
+the table has there where its bar would start: ``missing``, ``n/a`` (the
+backend cannot express the row's rule), ``failed`` (its run failed). The
 title says which time is shown.
 
 The chart is `WIDTH_PX` pixels wide and each row adds the same height, so it
 reads the same at 2 modules and at 32. In the SVG, text stays text, and each
 bar and ratio sits in a group whose id says what it is
-(``bar:MODULE:PASS:BACKEND``, ``ratio:MODULE:PASS:BACKEND``).
+(``bar:MODULE:PASS:BACKEND``, ``ratio:MODULE:PASS:BACKEND``, ``missing:...``, ``n/a:...``, ``failed:...``).
 
 matplotlib is an optional dependency (``pip install 'nvtx_regions[chart]'``),
 imported only when a chart is drawn. The figure goes to matplotlib's Agg
@@ -30,7 +31,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .backends_table import BackendsTable
+from .backends_table import BackendsTable, cell_word
 from .numbers import duration_unit, format_ratio
 
 __all__ = ["COLORS", "DPI", "INSTALL", "WIDTH_PX", "ChartUnavailable", "write_chart"]
@@ -90,7 +91,7 @@ def _head(head: Any, table: BackendsTable) -> None:
 
     base = table.backends.index(table.baseline)
     head.suptitle(
-        f"{table.time} per module call, median over the measured steps\n"
+        f"{table.time} per module call{' and region' if table.regions else ''}, median over the measured steps\n"
         f"beside each bar: its ratio to {table.baseline}; largest ratio first",
         fontsize=10,
     )
@@ -103,7 +104,7 @@ def _head(head: Any, table: BackendsTable) -> None:
 
 
 def _draw(ax: Any, table: BackendsTable) -> None:
-    """The rows: bars, ratios and the words missing/failed, on one time axis."""
+    """The rows: bars, ratios and the words missing/n/a/failed, on one time axis."""
     count = len(table.backends)
     base = table.backends.index(table.baseline)
     medians = [cell.median_ns for row in table.rows for cell in row.times if cell is not None]
@@ -117,8 +118,8 @@ def _draw(ax: Any, table: BackendsTable) -> None:
             y = i + (b - (count - 1) / 2) * slot
             key = f"{row.module}:{row.phase}:{backend}"
             cell = row.times[b]
-            if cell is None:
-                word = "failed" if table.failures[b] is not None else "missing"
+            word = cell_word(table, row, b)
+            if word is not None or cell is None:
                 ax.text(0, y, f" {word}", va="center", ha="left", fontsize=7, color="#555555", style="italic", gid=f"{word}:{key}")
                 continue
             width = cell.median_ns / scale

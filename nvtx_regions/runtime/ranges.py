@@ -31,6 +31,7 @@ the call is kept.
 from __future__ import annotations
 
 import functools
+import threading
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, Sequence
@@ -41,7 +42,7 @@ from ..selection.compile import Gate
 from .clock import current_rank, current_step
 from .domain import SKIPPED, Domain, NvtxCalls, calls_of
 
-__all__ = ["Group", "Line", "GeneratedRanges"]
+__all__ = ["Group", "Line", "GeneratedRanges", "leave_open", "close_left_open"]
 
 
 @dataclass(frozen=True)
@@ -233,3 +234,23 @@ class GeneratedRanges:
 
 def _functions(calls: NvtxCalls) -> tuple[Callable[..., Any], ...]:
     return calls.push, calls.pop, calls.start, calls.end
+
+
+_left_open = threading.local()
+
+
+def leave_open(close: Callable[[], None]) -> None:
+    """Register, on this thread, what closes ranges that a call may leave open with no place to
+    close them as it fails (an eager backward: autograd calls no hook of ours when it raises).
+    `close_left_open` calls it at the next step boundary; each `close` must be harmless when
+    nothing is open."""
+    found = _left_open.__dict__.setdefault("closers", {})
+    found[id(getattr(close, "__self__", close))] = close
+
+
+def close_left_open() -> None:
+    """Close, on this thread, what `leave_open` registered (at a `nvtx_regions.steps` step's end,
+    before its range is popped: what a failed call left open is inside it)."""
+    closers = _left_open.__dict__.pop("closers", {})
+    for close in closers.values():
+        close()

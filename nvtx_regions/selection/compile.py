@@ -126,6 +126,8 @@ class CompiledRule:
     # ranges lies (one per module call or marker occurrence): such ranges that
     # cross another become start/end ranges (`plan`).
     placed_by_thunder: ClassVar[bool] = False
+    # Whether the backend it was compiled for runs it (`support.UnsupportedRule`: no).
+    applies: ClassVar[bool] = True
 
     def describe(self) -> str:
         return self.rule.describe(self.filename)

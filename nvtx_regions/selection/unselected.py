@@ -99,7 +99,8 @@ class RuleTally:
             self.ranges[number] += count
 
     def unselected(self) -> list[CompiledRule]:
-        return [rule for rule in self.spec.rules if self.ranges[rule.number] == 0]
+        """The rules that selected nothing, among those the backend runs (`CompiledRule.applies`)."""
+        return [rule for rule in self.spec.rules if rule.applies and self.ranges[rule.number] == 0]
 
     def report(self, *, strict: bool, where: str) -> None:
         """Warn (or with `strict`, raise `SelectorError`) for each rule that selected nothing."""

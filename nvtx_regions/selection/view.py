@@ -3,10 +3,11 @@
 Selection and planning work on any object with these attributes, whichever
 compiler made the program: `attribution.traceview.TraceView` is a thunder
 trace's, `nvtx_regions.inductor.kernels.KernelView` an Inductor graph's
-kernel calls. Positions are indexes into `ops`; selections are Python ints
-used as bitsets over them. Facts a compiler does not record are empty (no
+kernel calls, `nvtx_regions.emission.eager_view.ModuleView` an eager model's
+module tree. Positions are indexes into `ops`; selections are Python ints
+used as bitsets over them. Facts a backend does not record are empty (no
 markers, no source lines, no proxies); the rules that would need them are
-refused when the spec is checked for that compiler.
+left out on that backend (`selection.support`).
 """
 
 from __future__ import annotations

@@ -1,0 +1,222 @@
+"""One front door: the backends from the package top, any spec on any backend, the same
+default spec, and one explain type.
+
+- `selection.support` is the one table of what each backend can express; eager and Inductor
+  leave out the rules they cannot express, with one `NvtxRegionsWarning` per run (``strict=True``:
+  `SelectorError`), and run the rest. docs/reference/backends.md is checked against the table in
+  tests/test_docs.py, and the profile table's ``n/a`` in tests/test_profile.py.
+- Without a spec, `compile`, `annotate` and `NvtxInductor` run ``each module <**>``;
+  `NvtxProfileTransform` runs ``all``.
+- `nvtx_regions.explain` takes a thunder function, an `NvtxInductor` or an eager annotation, and
+  returns an `Explanation` for each.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import nvtx_regions
+from nvtx_regions import Explanation, NvtxRegionsWarning, SelectorError, parse
+from nvtx_regions.core.profiling import BACKENDS, DEFAULT_SELECT
+from nvtx_regions.language.tree import NODE_TYPES
+from nvtx_regions.selection.compile import EachMarkerRule, EachRule, OpRule, RegionRule, compile_spec
+from nvtx_regions.selection.support import SUPPORT, UnsupportedRule, restrict, why_not
+from nvtx_regions.testing import check_balanced, flatten, range_tree
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "workers"))
+from inductor_steps import blocks_input, make_blocks  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore:Full backward hook is firing:UserWarning")
+
+ROOT = Path(__file__).resolve().parents[1]
+REGIONS = ROOT / "examples" / "regions.nvtx"
+
+
+def shown(page: str, marker: str) -> str:
+    """The body of the block marked ``<!-- test: marker -->`` in docs/`page`."""
+    text = (ROOT / "docs" / page).read_text(encoding="utf-8")
+    (body,) = re.findall(rf"<!-- test: {re.escape(marker)} -->\n```\w*\n(.*?)```", text, flags=re.S)
+    return body
+
+
+def page_example(page: str, contains: str) -> str:
+    """The `run` example of docs/`page` that contains `contains`."""
+    (code,) = [body for body in re.findall(r"<!-- test: run -->\n```python\n(.*?)```", (ROOT / "docs" / page).read_text(encoding="utf-8"), flags=re.S) if contains in body]
+    return code
+
+
+class Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder = torch.nn.Linear(8, 8)
+        self.head = torch.nn.Linear(8, 1)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.encoder(x)))
+
+
+def _messages(events) -> list[str]:
+    check_balanced(events)
+    return [m for _, _, m in flatten([n for roots in range_tree(events).values() for n in roots])]
+
+
+# ------------------------------------------------------------------ the table
+
+
+def test_the_table_has_a_row_for_every_construct_and_thunder_runs_them_all():
+    assert set(SUPPORT) == set(NODE_TYPES) | {OpRule, RegionRule, EachRule, EachMarkerRule}
+    for construct in SUPPORT.values():
+        assert set(construct.why_not) <= set(BACKENDS) - {"thunder"}
+        assert set(construct.notes) <= set(BACKENDS) - set(construct.why_not)
+
+
+def test_each_backend_leaves_out_what_the_table_says():
+    compiled = compile_spec(parse(REGIONS.read_text(encoding="utf-8"), filename=str(REGIONS)))
+    left_out = {b: [r.rule.label for r in restrict(compiled, b).rules if not r.applies] for b in BACKENDS}
+    assert left_out == {"eager": ["embed", "attn0", "matmuls"], "thunder": [], "inductor": []}
+    (rule,) = [r for r in restrict(compiled, "eager").rules if r.rule.label == "attn0"]
+    assert isinstance(rule, UnsupportedRule) and rule.plan(None).ranges == 0
+    assert rule.problem() == (
+        f"rule 'attn0: between first(module <transformer.h.0.attn>)..last(module <transformer.h.0.attn>) and forward' "
+        f"({REGIONS}:15): not supported under eager PyTorch: 'between first(module <transformer.h.0.attn>)..last(module "
+        "<transformer.h.0.attn>)' is a region between two ops; eager PyTorch runs module calls, not a trace of ops; "
+        "thunder and Inductor can run it"
+    )
+    # The reason is the first construct, outer first, that the backend cannot express.
+    (marker,) = compile_spec(parse("op in <mm> and not marker <x>")).rules
+    assert why_not(marker, "inductor").startswith("'marker <x>' selects kernels inside the model's own NVTX markers")
+    assert why_not(marker, "eager").startswith("'op in <mm>' selects ops by name")
+    assert why_not(marker, "thunder") is None
+
+
+def test_the_warning_the_backends_page_shows_is_the_real_one():
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+    with pytest.warns(NvtxRegionsWarning) as record:
+        nvtx_regions.annotate(model, "each class <Linear>\nop in <gelu>").remove()
+    assert [str(w.message) for w in record] == [shown("reference/backends.md", "warning").rstrip("\n")]
+    assert "op in <gelu>" in page_example("reference/backends.md", "catch_warnings")
+
+
+def test_the_eager_explanation_the_api_page_shows_is_the_real_one(capsys):
+    exec(compile(page_example("reference/api.md", "nvtx_regions.explain(handle)"), "api.md", "exec"), {})
+    assert capsys.readouterr().out == shown("reference/api.md", "explain eager")
+
+
+# ------------------------------------------------------------------ any spec on eager, through compile()
+
+
+def test_compile_eager_warns_once_and_runs_the_rest(nvtx_capture, monkeypatch):
+    monkeypatch.delenv("NVTX_REGIONS_BACKEND", raising=False)
+    model = Net()
+    with pytest.warns(NvtxRegionsWarning) as record:
+        compiled = nvtx_regions.compile(model, "op in <linear>\nmid: between first(op in <relu>)..last(op in <relu>)\neach module <*>", backend="eager")
+    (warning,) = record
+    assert str(warning.message).startswith("2 rules of the spec are left out under eager PyTorch, and the rest runs")
+    assert warning.filename == __file__ or warning.filename.endswith("backends.py")
+    with nvtx_capture() as events:
+        compiled(torch.randn(4, 8)).sum().backward()
+    assert _messages(events) == ["encoder", "head", "head (backward)", "encoder (backward)"]
+    with pytest.raises(SelectorError, match=r"^rule 'op in <linear>' \(<select>:1\): not supported under eager PyTorch: "):
+        nvtx_regions.compile(Net(), "op in <linear>\neach module <*>", backend="eager", strict=True)
+
+
+# ------------------------------------------------------------------ no spec
+
+
+def test_without_a_spec_eager_and_inductor_run_each_module():
+    from nvtx_regions import NvtxInductor, annotate
+
+    default = parse(DEFAULT_SELECT).rules
+    assert default == parse("each module <**>").rules
+    with annotate(Net()) as handle:
+        assert handle.compiled.spec.rules == default
+        assert handle.messages == [("forward", "encoder"), ("backward", "encoder (backward)"),
+                                   ("forward", "head"), ("backward", "head (backward)")]  # fmt: skip
+    assert NvtxInductor().spec.rules == default
+
+
+@pytest.mark.thunder
+def test_the_thunder_transform_alone_defaults_to_every_op():
+    from nvtx_regions import NvtxProfileTransform
+
+    assert NvtxProfileTransform().spec.rules == parse("all").rules
+
+
+# ------------------------------------------------------------------ Inductor: the rest runs, the default, explain
+
+
+@pytest.fixture(scope="module")
+def inductor_runs(tmp_path_factory):
+    """The two-block model under NvtxInductor: with no spec, and with a spec one rule of which Inductor cannot
+    express; each compiled into a fresh cache and run twice under capture. Returns {name: (backend, events)}."""
+    from nvtx_regions import NvtxInductor
+    from nvtx_regions.capture import is_attached
+    from nvtx_regions.testing import capture
+
+    if not is_attached():
+        pytest.skip("the NVTX capture tool is not attached in this process")
+    patch = pytest.MonkeyPatch()
+    patch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.mktemp("inductor_cache")))
+    patch.setenv("TORCHINDUCTOR_COMPILE_THREADS", "1")
+    found = {}
+    try:
+        for name, spec in (("default", None), ("mixed", "each module <blocks.*>\nattn: between t3..t9")):
+            torch._dynamo.reset()
+            if spec is None:
+                backend = NvtxInductor()
+            else:
+                with pytest.warns(NvtxRegionsWarning, match="^1 rule of the spec is left out under Inductor") as seen:
+                    backend = NvtxInductor(spec)
+                assert len(seen) == 1
+            compiled = torch.compile(make_blocks(), backend=backend)
+            compiled(blocks_input()).sum().backward()
+            with capture() as events:
+                for _ in range(2):
+                    compiled(blocks_input()).sum().backward()
+            found[name] = (backend, list(events))
+    finally:
+        patch.undo()
+    return found
+
+
+def test_inductor_runs_the_rules_it_can_express(inductor_runs):
+    _, events = inductor_runs["mixed"]
+    assert _messages(events) == ["blocks.0", "blocks.1", "blocks.1 (backward)", "blocks.0 (backward)"] * 2
+
+
+def test_inductor_without_a_spec_gives_module_ranges_eager_gives_too(inductor_runs, nvtx_capture):
+    from nvtx_regions import annotate
+
+    _, events = inductor_runs["default"]
+    model = make_blocks()
+    with annotate(model), nvtx_capture() as eager_events:
+        for _ in range(2):
+            model(blocks_input()).sum().backward()
+    ours, eagers = _messages(events), _messages(eager_events)
+    assert {"blocks.0", "blocks.1", "head", "blocks.0 (backward)", "head (backward)"} <= set(ours) <= set(eagers)
+
+
+def test_one_explain_type_for_every_backend(inductor_runs):
+    from nvtx_regions import annotate, explain
+
+    backend, _ = inductor_runs["mixed"]
+    found = explain(backend)
+    assert type(found) is Explanation and type(backend.explain()) is Explanation
+    text = str(found)
+    assert text.startswith("NvtxInductor('each module <blocks.*>; attn: between t3..t9', domain='nvtx_regions'): 2 graph(s)")
+    assert "rule 'attn: between t3..t9' (<select>:2): not supported under Inductor: 't3' is a thunder proxy name" in text
+    assert "  backward 'graph 0 (backward)': 2 ranges\n    blocks.1 (backward): kernels #" in text
+    assert [rule.applies for rule in found.rules] == [True, False] and set(found.unsupported) == {1}
+    # Another spec against the same graphs.
+    other = explain(backend, "each module <hed>")
+    assert other.reasons == {0: "module 'hed' matches nothing in these traces (nearest: head)"}
+    with annotate(make_blocks(), "each class <Block>") as handle:
+        found = explain(handle)
+        assert type(found) is Explanation and str(found) == str(handle.explain())
+        assert "    blocks.1 (backward): modules #" in str(found)
+        assert [call[0] for call in found.traces[0][0].calls] == ["blocks.0", "blocks.1"]
