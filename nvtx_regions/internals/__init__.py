@@ -21,6 +21,8 @@ breaks without it. Everything outside this sub-package uses public APIs only
   backward follows, a transform given to the wrong keyword), and where a
   failed call stopped (a traceback's frame, its line, its locals).
 - `autograd`: torch's private autograd state for the eager hooks.
-- `nvtx_calls`, `inductor`: nvtx's C functions for the runtime, and Inductor's
-  internals (other modules of this sub-package, where present).
+- `nvtx_calls`: nvtx's C functions for the runtime.
+- `inductor`: Inductor's code generation, where the ranges go; `inductor_origins`:
+  what the FX nodes say of their modules; `inductor_reaches`: everything of
+  torch these reach into, checked in the installed torch before use.
 """
