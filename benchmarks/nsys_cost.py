@@ -41,7 +41,7 @@ def tool_floor_ns(pairs: int, rounds: int = FLOOR_ROUNDS) -> float:
     import statistics
     import time
 
-    from nvtx_regions.emission.runtime import Domain
+    from nvtx_regions.runtime.domain import Domain
     from nvtx_regions.internals.nvtx_calls import c_push_pop
 
     domain = Domain("nvtx_regions_floor")

@@ -201,9 +201,9 @@ def test_distributed_each_rank(distributed, wrapper):
         assert ranks[rank].world_size == 2
         assert kit.captured(ranks[rank], wrapper) == {out["tid"]: _steps(out[wrapper])}
     assert outs[0][wrapper] == outs[1][wrapper]  # same plan on both ranks
-    # One domain per mode of the worker; "gates" is test_runtime_gates.py's.
+    # One domain per mode of the worker; "gates" is test_runtime_gates.py's, "gates_steps" its steps.
     assert kit.push_domains(ranks[0]) == kit.push_domains(ranks[1]) == {
-        "ddp", "fsdp", "ddp_modules", "fsdp_modules", "fsdp_each", "gates"
+        "ddp", "fsdp", "ddp_modules", "fsdp_modules", "fsdp_each", "gates", "gates_steps"
     }  # fmt: skip
 
 

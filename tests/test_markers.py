@@ -24,6 +24,7 @@ from torch.overrides import TorchFunctionMode
 
 import thunder
 from conftest import make_gpt, gpt_inputs
+import nvtx_regions
 from nvtx_regions import NvtxRegionsWarning
 from nvtx_regions.attribution.recording import install_module_recorder
 from nvtx_regions.attribution.traceview import TraceView
@@ -591,7 +592,7 @@ def test_each_marker_joins_module_and_gates(nvtx_capture):
     model, x = make_toy(), toy_input()
     jitted = thunder.jit(model, transforms=[NvtxProfileTransform("each marker <attn*> and module <0> and forward and steps 1..")])
     seen = []
-    for _ in range(2):
+    for _ in nvtx_regions.steps(range(2), domain="markers_tests_steps"):  # the step clock
         with nvtx_capture() as events:
             jitted(x)
         seen.append([(e.domain, e.message) for e in events if e.kind == "push"])

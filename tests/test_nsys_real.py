@@ -391,12 +391,13 @@ def test_region_in_both_traces_collects_each_step_twice(tmp_path):
 DEFAULT_DOMAIN_STEPS = """
 import sys, thunder, torch
 from thunder.tests.nanogpt_model import GPT, GPTConfig
+import nvtx_regions
 from nvtx_regions import NvtxProfileTransform
 torch.manual_seed(0)
 model = GPT(GPTConfig(block_size=16, vocab_size=64, n_layer=2, n_head=2, n_embd=32, dropout=0.0))
 jitted = thunder.jit(model, transforms=[NvtxProfileTransform(select=sys.argv[1], domain=None)])
 idx = torch.randint(0, 64, (2, 16))
-for _ in range(5):
+for _ in nvtx_regions.steps(range(5), domain="other"):  # the step clock, in a domain nsys leaves out
     jitted(idx, idx)[1].backward()
 print("ran to the end")
 """

@@ -341,6 +341,24 @@ def test_rows_from_the_spec_regions_per_op_rules_and_n_a():
     assert {row.module for row in plain.rows} == {"h.0", "extern_kernels.mm"}
 
 
+def test_a_run_with_no_step_after_the_warm_up_says_so():
+    """A script run for fewer steps than the warm-up leaves out: the table says that no step is left
+    to measure (it said that the spec needed an `each module` rule, which it has)."""
+    from nvtx_regions.capture.chrome import RangeRecord
+    from nvtx_regions.report.reader import RangeFile, Ranges
+
+    records = (
+        RangeRecord(0, 0, "nvtx_regions", "step 0", 0, 1000, 0, category_name="nvtx_regions.steps"),
+        RangeRecord(0, 0, "nvtx_regions", "encoder", 100, 200, 1, category_name="each module <*>"),
+    )
+    table = compare_backends([BackendRun("eager", Ranges((RangeFile("x", False, records),)))], warmup=1)
+    text = render_backends(table)
+    assert not table.rows
+    assert "(no step left to measure: every module range is in the compile step or the warm-up steps)" in text
+    assert "note: eager: no step left to measure: its steps are 0..0, and step 0 (compile) and 1 warm-up step are left out" in text
+    assert "needs an `each module`" not in text
+
+
 # ------------------------------------------------------------------ under our capture: missing, failed, ranks
 
 TINY = """

@@ -161,6 +161,7 @@ def _measured(
     times: dict[tuple[str, str], list[int]] = {}
     categories: dict[tuple[str, str], str | None] = {}
     measured: set[int] = set()
+    warm = 0  # ranges in the steps left out
     outside = 0
     gpu = run.ranges.gpu_ns if use_gpu and run.ranges.gpu_ns is not None else (None,) * len(records)
     for record, gpu_ns in zip(records, gpu):
@@ -176,6 +177,7 @@ def _measured(
                 continue
             number = found[at][2]
             if number <= warmup:
+                warm += 1
                 continue
             measured.add(number)
         if use_gpu:
@@ -186,6 +188,12 @@ def _measured(
             times.setdefault(module, []).append(record.duration_ns)
     if outside:
         notes.append(f"{run.backend}: {outside} module range{'s' * (outside != 1)} outside every step range, left out")
+    if warm and not measured:
+        last = max(number for found in steps.values() for _, _, number in found)
+        notes.append(
+            f"{run.backend}: no step left to measure: its steps are 0..{last}, and step 0 (compile) and "
+            f"{warmup} warm-up step{'s' * (warmup != 1)} are left out; run more steps, or lower --warmup"
+        )
     return times, categories, tuple(sorted(measured)), notes
 
 
@@ -321,6 +329,8 @@ def render_backends(table: BackendsTable) -> str:
     lines += ["", text_table(head, body, "ll" + "r" * (len(head) - 2), rule=True)]
     if not table.rows and all(failure is not None for failure in table.failures):
         lines.append("(no module ranges: every run failed)")
+    elif not table.rows and any("no step left to measure" in note for note in table.notes):
+        lines.append("(no step left to measure: every module range is in the compile step or the warm-up steps)")
     elif not table.rows:
         lines.append("(no module or region ranges in any run: the spec needs an `each module`, `each class` or `between` rule)")
     after = [f"note: {note}" for note in table.notes]
