@@ -23,13 +23,12 @@ Promises:
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from ..core.calls import Chain, ModuleCall
 from ..core.naming import module_call_name
-from ..selection.view import Phase
+from ..selection.view import ChainView, Phase
 
 __all__ = ["ModuleOp", "ModuleView", "module_views"]
 
@@ -53,50 +52,16 @@ class ModuleOp:
 
 
 @dataclass
-class ModuleView:
+class ModuleView(ChainView):
     """The modules of one model in one pass (see the module doc)."""
 
     ops: Sequence[ModuleOp]
     phase: Phase
     name: str  # the root's class name
     classes: dict[str, str]  # module path -> class name
-    forward: None = None
-
-    @functools.cached_property
-    def everything(self) -> int:
-        return (1 << len(self.ops)) - 1
 
     by_name: dict[str, int] = field(default_factory=dict)
-    by_read: dict[str, int] = field(default_factory=dict)
-    proxy_names: frozenset[str] = frozenset()
-    marker_log: None = None
     parameter_only: int = 0
-
-    @functools.cached_property
-    def origins(self) -> list[int | None]:
-        return [None] * len(self.ops)
-
-    @functools.cached_property
-    def module_chains(self) -> list[Chain]:
-        return [op.chain for op in self.ops]
-
-    @property
-    def module_classes(self) -> dict[str, str]:
-        return self.classes
-
-    @functools.cached_property
-    def marker_stacks(self) -> list[tuple]:
-        return [()] * len(self.ops)
-
-    @functools.cached_property
-    def source_lines(self) -> list[tuple]:
-        return [()] * len(self.ops)
-
-    def region_start(self, name: str) -> int | None:
-        return None
-
-    def region_end(self, name: str) -> int | None:
-        return None
 
 
 def module_views(model: Any) -> tuple[ModuleView, ModuleView]:

@@ -42,7 +42,7 @@ from typing import Any, Sequence
 
 from ..core.calls import Chain, ModuleCall, common_chain
 from ..internals.inductor import WrapperKernel
-from ..selection.view import Phase
+from ..selection.view import ChainView, Phase
 
 __all__ = ["Kernel", "KernelView", "kernel_view"]
 
@@ -65,18 +65,13 @@ class Kernel:
 
 
 @dataclass
-class KernelView:
+class KernelView(ChainView):
     """The kernel calls of one compiled graph (forward or backward), in order."""
 
     ops: Sequence[Kernel]
     phase: Phase
     name: str  # the graph's name in reports: "graph 0 (forward)"
     classes: dict[str, str] = field(default_factory=dict)  # module path -> class name, from the origins
-    forward: None = None
-
-    @functools.cached_property
-    def everything(self) -> int:
-        return (1 << len(self.ops)) - 1
 
     @functools.cached_property
     def by_name(self) -> dict[str, int]:
@@ -86,10 +81,6 @@ class KernelView:
                 masks[name] = masks.get(name, 0) | (1 << position)
         return masks
 
-    by_read: dict[str, int] = field(default_factory=dict)
-    proxy_names: frozenset[str] = frozenset()
-    marker_log: None = None
-
     @functools.cached_property
     def parameter_only(self) -> int:
         mask = 0
@@ -97,32 +88,6 @@ class KernelView:
             if op.hoisted:
                 mask |= 1 << position
         return mask
-
-    @functools.cached_property
-    def origins(self) -> list[int | None]:
-        return [None] * len(self.ops)
-
-    @functools.cached_property
-    def module_chains(self) -> list[Chain | None]:
-        return [op.chain for op in self.ops]
-
-    @property
-    def module_classes(self) -> dict[str, str]:
-        return self.classes
-
-    @functools.cached_property
-    def marker_stacks(self) -> list[tuple]:
-        return [()] * len(self.ops)
-
-    @functools.cached_property
-    def source_lines(self) -> list[tuple]:
-        return [()] * len(self.ops)
-
-    def region_start(self, name: str) -> int | None:
-        return None
-
-    def region_end(self, name: str) -> int | None:
-        return None
 
 
 def kernel_view(kernels: list[WrapperKernel], phase: Phase, name: str, calls: dict[str, int]) -> KernelView:

@@ -12,11 +12,13 @@ left out on that backend (`selection.support`).
 
 from __future__ import annotations
 
+import functools
+from types import MappingProxyType
 from typing import Any, Protocol, Sequence
 
 from ..attribution.traceview import Phase
 
-__all__ = ["Phase", "ViewOp", "View"]
+__all__ = ["Phase", "ViewOp", "View", "ChainView"]
 
 
 class ViewOp(Protocol):
@@ -75,3 +77,45 @@ class View(Protocol):
     def region_start(self, name: str) -> int | None: ...
 
     def region_end(self, name: str) -> int | None: ...
+
+
+class ChainView:
+    """The `View` members of a program whose ops know only their module calls (an Inductor
+    graph's kernels, an eager model's modules): no proxies, no backward origins, no markers,
+    no source lines, no named regions. A subclass has ``ops`` (each with a ``chain``) and
+    ``classes`` (module path -> class name)."""
+
+    forward: Any = None
+    by_read: Any = MappingProxyType({})
+    proxy_names: frozenset[str] = frozenset()
+    marker_log: Any = None
+
+    @functools.cached_property
+    def everything(self) -> int:
+        return (1 << len(self.ops)) - 1  # type: ignore[attr-defined]
+
+    @functools.cached_property
+    def origins(self) -> list[int | None]:
+        return [None] * len(self.ops)  # type: ignore[attr-defined]
+
+    @functools.cached_property
+    def module_chains(self) -> list[Any]:
+        return [op.chain for op in self.ops]  # type: ignore[attr-defined]
+
+    @property
+    def module_classes(self) -> dict[str, str]:
+        return self.classes  # type: ignore[attr-defined]
+
+    @functools.cached_property
+    def marker_stacks(self) -> list[tuple]:
+        return [()] * len(self.ops)  # type: ignore[attr-defined]
+
+    @functools.cached_property
+    def source_lines(self) -> list[tuple]:
+        return [()] * len(self.ops)  # type: ignore[attr-defined]
+
+    def region_start(self, name: str) -> int | None:
+        return None
+
+    def region_end(self, name: str) -> int | None:
+        return None
