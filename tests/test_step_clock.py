@@ -92,3 +92,23 @@ def test_without_a_loop_steps_are_optimizer_steps(backend, tmp_path):
     pushes = [e.message for e in events if e.kind == "push"]
     # Optimizer steps 2 and 3, two micro-batches each, across the recompile at step 3.
     assert pushes == ["l1", "l1 (backward)"] * 4
+
+
+STUCK = """
+import sys, torch, nvtx_regions
+model = torch.nn.Sequential(torch.nn.Linear(4, 4))
+compiled = nvtx_regions.compile(model, "each module <*> and steps 2..3", backend="eager")
+loop = nvtx_regions.steps(range(4)) if sys.argv[1] == "loop" else range(4)
+for _ in loop:
+    compiled(torch.randn(2, 4)).sum().backward()
+"""
+
+
+@pytest.mark.parametrize("loop", ["loop", "no loop"])
+def test_a_clock_that_never_moved_is_named_at_exit(loop):
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", STUCK, loop], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = "the step clock stayed at step 0 in this process (no nvtx_regions.steps loop, no optimizer.step()), so these rules' steps never came: rule 'each module <*> and steps 2..3'"
+    assert (said in done.stderr) == (loop == "no loop"), done.stderr[-3000:]

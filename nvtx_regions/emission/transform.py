@@ -41,7 +41,7 @@ from ..selection.compile import CompiledSpec, compile_spec
 from ..selection.plan import Plan, make_plan
 from .nothing_selected import NothingSelectedCheck
 from .rewrite import annotate_trace
-from ..runtime.clock import start_counting
+from ..runtime.clock import start_counting, watch_step_gates
 from ..runtime.domain import Domain
 
 MESSAGE_STYLES = ("python", "module")
@@ -141,6 +141,7 @@ class NvtxProfileTransform(Transform):
         start_counting()  # optimizer steps, for `steps a..b` outside a `steps` loop
         self.spec: Spec = spec
         self.compiled: CompiledSpec = compile_spec(spec)
+        watch_step_gates(self.compiled.rules)
         text = render(self.spec).replace("\n", "; ")
         if len(text) > 200:
             text = text[:200] + f"... ({len(self.spec.rules)} rules)"

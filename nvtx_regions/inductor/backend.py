@@ -46,7 +46,7 @@ from ..core.naming import DEFAULT_DOMAIN
 from ..core.profiling import DEFAULT_SELECT
 from ..internals import inductor as internals
 from ..language.parse import parse, spec_from_arguments
-from ..runtime.clock import start_counting
+from ..runtime.clock import start_counting, watch_step_gates
 from ..language.tree import render
 from ..selection.plan import Plan, make_plan
 from ..selection.unselected import RuleTally
@@ -106,6 +106,7 @@ class NvtxInductor:
         start_counting()  # optimizer steps, for `steps a..b` outside a `steps` loop
         parsed = spec_from_arguments(select, spec) or parse(DEFAULT_SELECT)
         self.compiled = check_spec(parsed, strict=strict, stacklevel=2)
+        watch_step_gates(self.compiled.rules)
         self.spec = parsed
         self.domain = domain
         self.strict = strict

@@ -12,18 +12,24 @@ Step N means the same on every backend:
 
 Nothing else moves it: a recompile, a graph break, an evaluation or
 inference call, a micro-batch or a backward pass leaves the step where it is.
+A process whose clock never left step 0 (no `steps` loop, no optimizer step)
+while a rule waited for a later step gets one warning at exit naming it.
 A gate is decided when a call starts (a trace's or a wrapper's call, a root
 module's forward), so one call's ranges are all in or all out.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 import threading
+import warnings
 from typing import Any
 
-__all__ = ["current_step", "current_rank", "start_counting", "StepLoop", "moved"]
+from ..core.errors import NvtxRegionsWarning
+
+__all__ = ["current_step", "current_rank", "start_counting", "StepLoop", "moved", "watch_step_gates"]
 
 _lock = threading.Lock()
 _loops: list[StepLoop] = []  # the `steps` loops running, outermost first
@@ -89,3 +95,28 @@ def current_rank() -> int:
     if dist is not None and dist.is_available() and dist.is_initialized():
         return dist.get_rank()
     return int(os.environ.get("RANK", "0") or 0)
+
+
+_watched: dict[str, None] = {}  # rules that wait for a step after 0, as described to the user
+
+
+def watch_step_gates(rules: Any) -> None:
+    """Remember the compiled `rules` whose gate opens only after step 0, for the exit check."""
+    for rule in rules:
+        gate = getattr(rule, "gate", None)
+        if gate is not None and gate.first_step:
+            _watched.setdefault(rule.describe(), None)
+
+
+def _never_moved() -> None:
+    if _watched and not _moved:
+        rules = "; ".join(list(_watched)[:5]) + (f" and {len(_watched) - 5} more" if len(_watched) > 5 else "")
+        warnings.warn(
+            f"the step clock stayed at step 0 in this process (no nvtx_regions.steps loop, no optimizer.step()), "
+            f"so these rules' steps never came: {rules}. Loop over nvtx_regions.steps(...) to count steps",
+            NvtxRegionsWarning,
+            stacklevel=1,
+        )
+
+
+atexit.register(_never_moved)
