@@ -114,7 +114,7 @@ def compile(
 
     arguments = dict(inductor or {})
     options = arguments.pop("options", None)
-    compiler = NvtxInductor(select, spec=spec, domain=domain, strict=strict, options=options)
+    compiler = NvtxInductor(select, spec=spec, domain=domain, strict=strict, options=options, model=model)
     return torch.compile(model, backend=compiler, **arguments)
 
 

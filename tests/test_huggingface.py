@@ -110,8 +110,9 @@ def run(request) -> Run:
         for _ in range(STEPS):
             step(eager_model)
     torch._dynamo.reset()
-    backend = NvtxInductor(spec)
-    compiled = torch.compile(model(), backend=backend)
+    compiled_model = model()
+    backend = NvtxInductor(spec, model=compiled_model)  # the model's paths, wherever Dynamo's frame starts
+    compiled = torch.compile(compiled_model, backend=backend)
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         step(compiled)  # compiles

@@ -51,7 +51,7 @@ from ..language.tree import render
 from ..selection.plan import Plan, make_plan
 from ..selection.unselected import RuleTally
 from .check import check_spec
-from .kernels import KernelView, kernel_view
+from .kernels import KernelView, kernel_view, module_paths
 from .placement import placement
 
 if TYPE_CHECKING:
@@ -90,7 +90,11 @@ class NvtxInductor:
     (a ``.nvtx`` file) in the generated wrapper (see the module doc); with neither, ``each module <**>``.
 
     `domain`: the NVTX domain (None: NVTX's default one). `options`: Inductor
-    options, as ``torch.compile(options=)``. `graphs` lists what was placed.
+    options, as ``torch.compile(options=)``. `model`: the model ``torch.compile``
+    compiles (`nvtx_regions.compile` passes it): module paths are then its
+    ``named_modules()`` paths even where Dynamo compiles a submodule's
+    ``forward`` on its own after a graph break; without it, paths start at the
+    compiled frame's module. `graphs` lists what was placed.
     """
 
     def __init__(
@@ -101,6 +105,7 @@ class NvtxInductor:
         domain: str | None = DEFAULT_DOMAIN,
         strict: bool = False,
         options: dict[str, Any] | None = None,
+        model: Any = None,
     ) -> None:
         internals.check_reaches()
         start_counting()  # optimizer steps, for `steps a..b` outside a `steps` loop
@@ -111,6 +116,7 @@ class NvtxInductor:
         self.domain = domain
         self.strict = strict
         self.options = dict(options or {})
+        self._paths = None if model is None else module_paths(model)
         self.graphs: list[PlacedGraph] = []
         self._tally = RuleTally(self.compiled)
         self._reported: set[int] = set()
@@ -119,7 +125,9 @@ class NvtxInductor:
         self._lock = threading.Lock()
         self._warned = False
         text = "\n".join(render(rule) for rule in parsed.rules)
-        digest = hashlib.sha256(f"{build_digest()}\0{domain!r}\0{text}".encode()).hexdigest()[:24]
+        # The model's paths name the ranges too (they decide a message where the frame is a submodule's).
+        tree = "" if self._paths is None else "\n".join(f"{p}:{type(m).__name__}" for p, m in model.named_modules())
+        digest = hashlib.sha256(f"{build_digest()}\0{domain!r}\0{text}\0{tree}".encode()).hexdigest()[:24]
         self.cache_key = f"nvtx_regions:{digest}"
 
     def __repr__(self) -> str:
@@ -180,7 +188,7 @@ class NvtxInductor:
 
     def _place(self, number: int, phase: str, kernels: list[Any], inference: bool) -> Any:
         name = f"graph {number} ({phase})"
-        view = kernel_view(kernels, phase, name, self._calls)  # type: ignore[arg-type]
+        view = kernel_view(kernels, phase, name, self._calls, self._paths)  # type: ignore[arg-type]
         plan = make_plan(self.compiled, view, self.domain)
         with self._lock:
             self.graphs.append(PlacedGraph(number, view, plan))
