@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..core.errors import NvtxRegionsWarning, SelectorError
+from ..core.errors import NvtxRegionsWarning
 from ..core.naming import DEFAULT_DOMAIN
 from ..core.profiling import DEFAULT_SELECT
 from ..internals import inductor as internals
@@ -119,7 +119,6 @@ class NvtxInductor:
         self._paths = None if model is None else module_paths(model)
         self.graphs: list[PlacedGraph] = []
         self._tally = RuleTally(self.compiled)
-        self._reported: set[int] = set()
         self._calls: dict[str, int] = {}  # Dynamo's module call keys -> call numbers
         self._graph_numbers = 0
         self._lock = threading.Lock()
@@ -198,19 +197,7 @@ class NvtxInductor:
         return placement(plan, view, self.compiled, self.domain)
 
     def _report(self) -> None:
-        problems = []
-        for rule in self._tally.unselected():
-            if rule.number in self._reported:
-                continue
-            self._reported.add(rule.number)
-            reason = self._tally.reason(rule)
-            problems.append(
-                f"{rule.describe()} selected nothing in the graphs compiled so far{'; ' + reason if reason else ''}"
-            )
-        if problems and self.strict:
-            raise SelectorError("; ".join(problems))
-        for problem in problems:
-            warnings.warn(problem, NvtxRegionsWarning, stacklevel=2)
+        self._tally.report(strict=self.strict, where="the graphs compiled so far", once=True)
 
     def explain(
         self, select: str | None = None, *, spec: str | os.PathLike[str] | None = None, max_ops: int = 12

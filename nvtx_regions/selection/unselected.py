@@ -87,6 +87,7 @@ class RuleTally:
     spec: CompiledSpec
     views: list[View] = field(default_factory=list)
     ranges: list[int] = field(default_factory=list)
+    reported: set[int] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.ranges = [0] * len(self.spec.rules)
@@ -102,10 +103,14 @@ class RuleTally:
         """The rules that selected nothing, among those the backend runs (`CompiledRule.applies`)."""
         return [rule for rule in self.spec.rules if rule.applies and self.ranges[rule.number] == 0]
 
-    def report(self, *, strict: bool, where: str) -> None:
-        """Warn (or with `strict`, raise `SelectorError`) for each rule that selected nothing."""
+    def report(self, *, strict: bool, where: str, once: bool = False) -> None:
+        """Warn (or with `strict`, raise `SelectorError`) for each rule that selected nothing;
+        with `once`, only for the rules not reported by an earlier call."""
         problems = []
         for rule in self.unselected():
+            if once and rule.number in self.reported:
+                continue
+            self.reported.add(rule.number)
             reason = self.reason(rule)
             problems.append(f"{rule.describe()} selected nothing in {where}{'; ' + reason if reason else ''}")
         report_unselected(problems, strict=strict, stacklevel=4)
