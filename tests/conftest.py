@@ -19,6 +19,12 @@ from pathlib import Path
 
 import pytest
 
+# The two test workers share the machine's cores: one intra-op thread per process (its idle
+# threads would spin on the core the other worker needs), and Inductor compiling in the process
+# rather than in a pool of processes that each import torch. Child processes inherit both.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+
 pytest_plugins = ["nvtx_regions.testing.pytest_plugin"]
 
 

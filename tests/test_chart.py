@@ -59,8 +59,9 @@ def read_chart(stem: Path) -> Chart:
     import numpy as np
     from matplotlib.image import imread
 
-    pixels = (imread(f"{stem}.png")[..., :3] * 255).round().astype(np.uint8)
-    colors = {"#%02x%02x%02x" % tuple(c) for c in np.unique(pixels.reshape(-1, 3), axis=0)}
+    pixels = (imread(f"{stem}.png")[..., :3] * 255).round().astype(np.uint32)
+    packed = np.unique((pixels[..., 0] << 16) | (pixels[..., 1] << 8) | pixels[..., 2])
+    colors = {f"#{int(c):06x}" for c in packed}
     root = ET.parse(f"{stem}.svg").getroot()
     assert root.tag == f"{SVG}svg"
     texts, rows = [], []

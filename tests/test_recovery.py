@@ -65,10 +65,16 @@ BACKENDS = ["eager", "inductor", pytest.param("thunder", marks=pytest.mark.thund
 STEP = [(1, "blocks.0"), (1, "blocks.1"), (1, "blocks.1 (backward)"), (1, "blocks.0 (backward)")]
 
 
+@pytest.fixture(scope="module")
+def inductor_cache(tmp_path_factory):
+    """One Inductor cache for this file's runs: gated and ungated compile the same kernels."""
+    return tmp_path_factory.mktemp("inductor")
+
+
 @pytest.mark.parametrize("gated", ["gated", "ungated"])
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_a_failed_call_leaves_nothing_open(backend, gated, tmp_path):
-    env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"), "TORCHINDUCTOR_COMPILE_THREADS": "1", "OMP_NUM_THREADS": "1"}
+def test_a_failed_call_leaves_nothing_open(backend, gated, inductor_cache):
+    env = {"TORCHINDUCTOR_CACHE_DIR": str(inductor_cache), "TORCHINDUCTOR_COMPILE_THREADS": "1", "OMP_NUM_THREADS": "1"}
     result = capture_subprocess([sys.executable, "-c", SCRIPT, backend, gated], env=env, timeout=600).check()
     assert "failed in steps [2]" in result.stdout
     (process,) = result.processes.values()

@@ -63,8 +63,15 @@ print("done")
 BACKENDS = ["eager", "inductor", pytest.param("thunder", marks=pytest.mark.thunder)]
 
 
-def run(backend: str, scenario: str, tmp_path):
-    env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"), "TORCHINDUCTOR_COMPILE_THREADS": "1", "OMP_NUM_THREADS": "1"}
+@pytest.fixture(scope="module")
+def inductor_cache(tmp_path_factory):
+    """One Inductor cache for this file's runs: the second scenario compiles the same graphs
+    (the same model, spec and shapes), and a wrapper served from the cache must place the same ranges."""
+    return tmp_path_factory.mktemp("inductor")
+
+
+def run(backend: str, scenario: str, inductor_cache):
+    env = {"TORCHINDUCTOR_CACHE_DIR": str(inductor_cache), "TORCHINDUCTOR_COMPILE_THREADS": "1", "OMP_NUM_THREADS": "1"}
     result = capture_subprocess([sys.executable, "-c", SCRIPT, backend, scenario], env=env, timeout=600).check()
     assert "done" in result.stdout
     (process,) = result.processes.values()
@@ -72,8 +79,8 @@ def run(backend: str, scenario: str, tmp_path):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_steps_of_a_loop_are_its_iterations(backend, tmp_path):
-    events = run(backend, "loop", tmp_path)
+def test_steps_of_a_loop_are_its_iterations(backend, inductor_cache):
+    events = run(backend, "loop", inductor_cache)
     (roots,) = range_tree(events).values()  # one thread: CPU backward runs on the caller's
     steps = {r.message: r for r in roots if r.message.startswith("step ")}
     assert sorted(steps) == [f"step {n}" for n in range(8)]
@@ -87,8 +94,8 @@ def test_steps_of_a_loop_are_its_iterations(backend, tmp_path):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_without_a_loop_steps_are_optimizer_steps(backend, tmp_path):
-    events = run(backend, "optimizer", tmp_path)
+def test_without_a_loop_steps_are_optimizer_steps(backend, inductor_cache):
+    events = run(backend, "optimizer", inductor_cache)
     pushes = [e.message for e in events if e.kind == "push"]
     # Optimizer steps 2 and 3, two micro-batches each, across the recompile at step 3.
     assert pushes == ["l1", "l1 (backward)"] * 4
