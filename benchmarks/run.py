@@ -290,8 +290,8 @@ def report(results: dict, lang: list[dict], plan: dict, info: dict) -> tuple[str
         out("Overhead per step against `none`. `none again` and `none third` are more builds with no transform, "
             "A/A controls: their overheads show how much identical builds differ. \"Per op not selected\" = "
             "(linear's overhead − its ranges × all's ns/range) / (ops all selects and linear does not); it also "
-            "charges to those ops the fixed cost per call of an annotated trace (its `enter` line is a "
-            "Python call), so it is an upper-bound style figure.\n")
+            "charges to those ops the fixed cost per call of an annotated trace (the guard that closes what a "
+            "call that raises left open is a Python call), so it is an upper-bound style figure.\n")
         out("| layers | ranges linear / all | ops not selected | overhead linear (µs) [90%] | overhead none again; "
             "none third (µs) [90%] | ns/range linear [90%] | ns/range all [90%] | ns per op not selected [90%] |")
         out("|---|---|---|---|---|---|---|---|")
