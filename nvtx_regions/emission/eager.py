@@ -66,7 +66,7 @@ from ..selection.plan import make_plan
 from ..selection.support import report_unsupported, restrict
 from ..selection.unselected import nearest, report_unselected
 from .eager_view import module_views
-from ..runtime.clock import current_rank, current_step, start_counting, watch_step_gates
+from ..runtime.clock import current_rank, current_step, watch_step_gates
 from ..runtime.domain import Domain, calls_of
 from ..runtime.ranges import leave_open
 
@@ -118,7 +118,6 @@ class EagerAnnotation:
         self.domain_name = domain
         self.domain = Domain(domain)
         self._calls = calls_of(self.domain)
-        start_counting()  # optimizer steps, for `steps a..b` outside a `steps` loop
         watch_step_gates(self.compiled.rules)
         self.steps = 0
         self._open_rules = [self._is_open(r, 0) for r in self.rules]

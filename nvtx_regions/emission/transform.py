@@ -41,7 +41,7 @@ from ..selection.compile import CompiledSpec, compile_spec
 from ..selection.plan import Plan, make_plan
 from .nothing_selected import NothingSelectedCheck
 from .rewrite import annotate_trace
-from ..runtime.clock import start_counting, watch_step_gates
+from ..runtime.clock import watch_step_gates
 from ..runtime.domain import Domain
 
 MESSAGE_STYLES = ("python", "module")
@@ -138,7 +138,6 @@ class NvtxProfileTransform(Transform):
         # Module attribution needs the modules running while thunder traces,
         # which starts after this (or after unpickling): record them from now on.
         install_module_recorder()
-        start_counting()  # optimizer steps, for `steps a..b` outside a `steps` loop
         self.spec: Spec = spec
         self.compiled: CompiledSpec = compile_spec(spec)
         watch_step_gates(self.compiled.rules)

@@ -46,12 +46,12 @@ from ..core.naming import DEFAULT_DOMAIN
 from ..core.profiling import DEFAULT_SELECT
 from ..internals import inductor as internals
 from ..language.parse import parse, spec_from_arguments
-from ..runtime.clock import start_counting, watch_step_gates
+from ..runtime.clock import watch_step_gates
 from ..language.tree import render
 from ..selection.plan import Plan, make_plan
 from ..selection.unselected import RuleTally
 from .check import check_spec
-from .kernels import KernelView, kernel_view, module_paths
+from .kernels import KernelView, kernel_view
 from .placement import placement
 
 if TYPE_CHECKING:
@@ -108,7 +108,6 @@ class NvtxInductor:
         model: Any = None,
     ) -> None:
         internals.check_reaches()
-        start_counting()  # optimizer steps, for `steps a..b` outside a `steps` loop
         parsed = spec_from_arguments(select, spec) or parse(DEFAULT_SELECT)
         self.compiled = check_spec(parsed, strict=strict, stacklevel=2)
         watch_step_gates(self.compiled.rules)
@@ -116,7 +115,7 @@ class NvtxInductor:
         self.domain = domain
         self.strict = strict
         self.options = dict(options or {})
-        self._paths = None if model is None else module_paths(model)
+        self._paths = None if model is None else internals.module_paths(model)
         self.graphs: list[PlacedGraph] = []
         self._tally = RuleTally(self.compiled)
         self._calls: dict[str, int] = {}  # Dynamo's module call keys -> call numbers

@@ -41,10 +41,10 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from ..core.calls import Chain, ModuleCall, common_chain
-from ..internals.inductor import WrapperKernel
+from ..internals.inductor import WrapperKernel, called_module
 from ..selection.view import ChainView, Phase
 
-__all__ = ["Kernel", "KernelView", "kernel_view", "module_paths"]
+__all__ = ["Kernel", "KernelView", "kernel_view"]
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ def kernel_view(
 ) -> KernelView:
     """The view of a wrapper's `kernels`. `calls` numbers module calls by Dynamo's key, across the
     graphs of one backend (a key seen first gets the next number). `paths`: the compiled model's
-    module paths by Dynamo's key for a module (``str(id(module))``, `module_paths`), which name
+    module paths by the module part of Dynamo's call key (`internals.inductor.module_paths`), which name
     a module the same wherever Dynamo's frame starts; a module not in it keeps the path its
     source names."""
     ops = []
@@ -111,7 +111,7 @@ def kernel_view(
                 chain = []
                 for key, path, cls in origin.modules:
                     if paths is not None:
-                        path = paths.get(key.partition("@")[0], path)
+                        path = paths.get(called_module(key), path)
                     classes.setdefault(path, cls)
                     chain.append(ModuleCall(path, cls, calls.setdefault(key, len(calls))))
                 if hoisted or not origin.static:
@@ -120,10 +120,3 @@ def kernel_view(
             Kernel(position, kernel.name, tuple(names), common_chain(chains), kernel.first, kernel.last, hoisted)
         )
     return KernelView(ops, phase, name, classes)
-
-
-def module_paths(model: Any) -> dict[str, str]:
-    """`model`'s module paths (``named_modules()``, a shared module's first) by the key Dynamo
-    records a module call under: ``str(id(module))``, with ``@N`` for its N-th call in a frame
-    (`internals.inductor`'s docstring; torch 2.8 to 2.14)."""
-    return {str(id(module)): path for path, module in model.named_modules()}

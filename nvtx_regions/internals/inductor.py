@@ -68,13 +68,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from .inductor_origins import Origin, module_digest, module_path, node_origin, static_nodes
+from .inductor_origins import Origin, called_module, module_digest, module_path, module_paths, node_origin, static_nodes
 from .inductor_reaches import TESTED_TORCH, UnsupportedTorchError, check_reaches
 
 __all__ = [
     "TESTED_TORCH", "UnsupportedTorchError", "check_reaches", "Origin", "WrapperKernel", "Placement",
     "install", "uninstall", "placing", "cache_key_pass", "compile_fx", "compile_fx_inner",
-    "inductor_config", "mode_options", "module_path", "module_digest",
+    "inductor_config", "mode_options", "module_path", "module_digest", "module_paths", "called_module",
 ]  # fmt: skip
 
 

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Origin", "module_digest", "module_path", "node_origin", "static_nodes"]
+__all__ = ["Origin", "module_digest", "module_path", "module_paths", "called_module", "node_origin", "static_nodes"]
 
 
 def module_digest(gm: Any) -> str:
@@ -48,6 +48,19 @@ def module_path(source: str) -> str:
     path = _SOURCE_ROOT.sub("", source)
     path = _ITEM.sub(lambda m: "." + m.group(1), path).replace("._modules.", ".")
     return ".".join(part for part in path.split(".") if part and part != "_modules")
+
+
+def module_paths(model: Any) -> dict[str, str]:
+    """`model`'s module paths (``named_modules()``, a shared module's first) by the module part of
+    the key Dynamo records a module call under (`called_module`): the same path wherever Dynamo's
+    compiled frame starts."""
+    return {str(id(module)): path for path, module in model.named_modules()}
+
+
+def called_module(key: str) -> str:
+    """The module part of a module call's key in ``nn_module_stack``: ``str(id(module))``, with
+    ``@N`` after it for the module's N-th call in a frame (torch 2.8 to 2.14)."""
+    return key.partition("@")[0]
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from typing import Any
 
 from ..core.errors import NvtxRegionsWarning
 
-__all__ = ["current_step", "current_rank", "start_counting", "StepLoop", "moved", "watch_step_gates"]
+__all__ = ["current_step", "current_rank", "start_counting", "StepLoop", "watch_step_gates"]
 
 _lock = threading.Lock()
 _loops: list[StepLoop] = []  # the `steps` loops running, outermost first
@@ -64,11 +64,6 @@ def current_step() -> int:
     return _loops[-1].step if _loops else _optimizer_steps
 
 
-def moved() -> bool:
-    """Whether the clock ever left step 0 in this process."""
-    return _moved
-
-
 def _optimizer_stepped(optimizer: Any, args: Any, kwargs: Any) -> None:
     global _optimizer_steps, _moved
     _optimizer_steps += 1
@@ -101,7 +96,10 @@ _watched: dict[str, None] = {}  # rules that wait for a step after 0, as describ
 
 
 def watch_step_gates(rules: Any) -> None:
-    """Remember the compiled `rules` whose gate opens only after step 0, for the exit check."""
+    """What every backend does with its compiled `rules`: start counting optimizer steps (for
+    ``steps a..b`` outside a `steps` loop), and remember the rules whose gate opens only after
+    step 0, for the exit check."""
+    start_counting()
     for rule in rules:
         gate = getattr(rule, "gate", None)
         if gate is not None and gate.first_step:

@@ -116,9 +116,9 @@ def calls_of(domain: Domain) -> NvtxCalls:
     The pop has the handle bound (`functools.partial`, C too): its line loads one
     global less, which matters more in a large trace than the partial's few ns.
     """
-    handle = domain.handle
-    if not hasattr(handle, "handle"):  # nvtx's DummyDomain: no tool attached, nothing to emit
+    if not domain.enabled:  # nvtx's DummyDomain: no tool attached, nothing to emit
         return SKIPPED
+    handle = domain.handle
     push_pop, start_end = c_push_pop(), c_start_end()
     if push_pop is None or start_end is None:  # another nvtx layout: slower, still correct
         return NvtxCalls(
