@@ -114,7 +114,9 @@ def compile(
 
     arguments = dict(inductor or {})
     options = arguments.pop("options", None)
-    compiler = NvtxInductor(select, spec=spec, domain=domain, strict=strict, options=options, model=model)
+    # A function (torch.compile takes those too) has no module tree of its own to name paths by.
+    tree = model if isinstance(model, torch.nn.Module) else None
+    compiler = NvtxInductor(select, spec=spec, domain=domain, strict=strict, options=options, model=tree)
     return torch.compile(model, backend=compiler, **arguments)
 
 

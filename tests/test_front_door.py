@@ -220,3 +220,31 @@ def test_one_explain_type_for_every_backend(inductor_runs):
         assert type(found) is Explanation and str(found) == str(handle.explain())
         assert "    blocks.1 (backward): modules #" in str(found)
         assert [call[0] for call in found.traces[0][0].calls] == ["blocks.0", "blocks.1"]
+
+
+# ------------------------------------------------------------------ compile() of a function
+
+
+def test_inductor_compiles_a_function_and_model_must_be_a_module(nvtx_capture, monkeypatch, tmp_path):
+    """torch.compile takes a function as well as a module: compile() passes no module tree then, and
+    its op rules give a range per kernel; NvtxInductor(model=) given anything but a module says what it takes."""
+    from nvtx_regions import NvtxInductor
+
+    monkeypatch.delenv("NVTX_REGIONS_BACKEND", raising=False)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+
+    def scaled(x):
+        return torch.relu(x) * 2
+
+    torch._dynamo.reset()
+    compiled = nvtx_regions.compile(scaled, "op in <*>", backend="inductor")
+    x = torch.randn(4, 8)
+    expected = scaled(x)
+    with nvtx_capture() as events:
+        result = compiled(x)
+    assert torch.equal(result, expected)
+    check_balanced(events)
+    pushed = [e.message for e in events if e.domain == "nvtx_regions" and e.kind == "push"]
+    assert len(pushed) == 1 and "relu" in pushed[0], pushed  # one fused kernel, one range
+    with pytest.raises(TypeError, match=r"^NvtxInductor\(model=\.\.\.\) takes the torch\.nn\.Module .* got function\. "):
+        NvtxInductor(model=scaled)

@@ -107,6 +107,11 @@ class NvtxInductor:
         options: dict[str, Any] | None = None,
         model: Any = None,
     ) -> None:
+        if model is not None and not callable(getattr(model, "named_modules", None)):
+            raise TypeError(
+                f"NvtxInductor(model=...) takes the torch.nn.Module that torch.compile compiles, for its module "
+                f"paths; got {type(model).__name__}. Pass the module, or leave model out when compiling a function"
+            )
         internals.check_reaches()
         parsed = spec_from_arguments(select, spec) or parse(DEFAULT_SELECT)
         self.compiled = check_spec(parsed, strict=strict, stacklevel=2)
