@@ -39,7 +39,7 @@ for folder in (WORKERS, ROOT / "examples"):
 
 from gpt import small_gpt  # noqa: E402
 from inductor_steps import blocks_input, make_blocks  # noqa: E402
-from regions_kit import overlapping_pushes  # noqa: E402
+from regions_kit import open_llama, open_llama_inputs, overlapping_pushes  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:Full backward hook is firing:UserWarning")
 
@@ -250,6 +250,20 @@ def test_explain_says_what_each_rule_selected(gpt):
     # An extern kernel is its own FX node's: c_attn's addmm, though ln_1's output is inlined into it.
     assert re.search(r"extern_kernels\.addmm\s+transformer\.h\.0\.attn\.c_attn$", text, flags=re.M)
     assert re.search(r"extern_kernels\.addmm\s+transformer\.h\.1\.mlp\.c_proj$", text, flags=re.M)
+
+
+# -- litgpt's llama-like model (thunder's test copy of it) -------------------------------
+
+
+@pytest.mark.thunder
+def test_llama_block_ranges_are_eagers_with_no_graph_break():
+    from nvtx_regions.inductor import NvtxInductor
+
+    annotated = _compile_and_run(open_llama(), open_llama_inputs, NvtxInductor(BLOCKS_SPEC))
+    eager = _eager_events(open_llama(), open_llama_inputs, BLOCKS_SPEC)
+    assert annotated.graph_breaks == 0
+    assert _ranges(annotated.events) == _ranges(eager) == GPT_STEP * 2
+    assert _pushes(annotated.events) == _pushes(eager)
 
 
 # -- a small model: cache, graph breaks, gates, op rules --------------------------------
