@@ -336,6 +336,10 @@ def test_torchrun_two_ranks_one_report_each(tmp_path):
     argv = [TORCHRUN, f"--master_port={free_port()}", "--nproc_per_node=2", "examples/train.py", "--steps", "2", "--spec", str(spec), "--backend", "thunder"]
     command = nsys_command(parse(text), argv, output=str(tmp_path / "ranks"))
     done = run(command.argv)
+    if done.returncode != 0 and "sem_open" in done.output:
+        # nsys 2022.4.2's known start-up race between two sessions at once (its ProcessWaiter's
+        # sem_open fails); here the two ranks' sessions must overlap, so run the whole command again.
+        done = run(command.argv)
     assert done.returncode == 0, done.output[-3000:]
     ranks = [nsys_ranges(export(tmp_path / f"ranks.rank{rank}.nsys-rep")) for rank in (0, 1)]
     assert ranks[0][0].pid != ranks[1][0].pid
