@@ -338,7 +338,10 @@ def test_torchrun_two_ranks_one_report_each(tmp_path):
     done = run(command.argv)
     if done.returncode != 0 and "sem_open" in done.output:
         # nsys 2022.4.2's known start-up race between two sessions at once (its ProcessWaiter's
-        # sem_open fails); here the two ranks' sessions must overlap, so run the whole command again.
+        # sem_open fails); here the two ranks' sessions must overlap, so run the whole command again,
+        # without the report the other rank may have written (nsys will not overwrite it).
+        for report in tmp_path.glob("ranks.rank*"):
+            report.unlink()
         done = run(command.argv)
     assert done.returncode == 0, done.output[-3000:]
     ranks = [nsys_ranges(export(tmp_path / f"ranks.rank{rank}.nsys-rep")) for rank in (0, 1)]
