@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import require_nsys
+from conftest import NSYS_LOCK, nsys_failed_by_itself, require_nsys
 from nvtx_regions import parse
 from nvtx_regions.capture.chrome import RangeRecord, iter_items, write_chrome_trace
 from nvtx_regions.capture.summary import summarize
@@ -74,9 +74,13 @@ class Run:
 def run(argv, *, timeout: float = TIMEOUT, again: bool = True) -> Run:
     """Run `argv` in the repository root in its own process group; fail the test if it has not ended by `timeout`.
 
-    nsys 2022.4.2 sometimes fails to start under load: status 1 and only "End of file" within a
-    second (its CLI lost the connection to the agent it had just started; 1 run in about 40 here).
-    Such a start is tried once more.
+    nsys 2022.4.2 sometimes fails by itself under load: status 1 and only "End of file" within a
+    second (its CLI lost the connection to the agent it had just started; 1 run in about 40 here),
+    or one of conftest's `NSYS_OWN_FAILURES`. Such a run is tried once more, without the reports
+    it may have left (nsys does not overwrite a report).
+
+    At the timeout nsys gets SIGINT first, its own way to end a session: it stops its target
+    and its agent, which run in sessions of their own and would outlive a kill of this group.
     """
     start = time.monotonic()
     process = subprocess.Popen(
@@ -86,14 +90,36 @@ def run(argv, *, timeout: float = TIMEOUT, again: bool = True) -> Run:
     try:
         output, _ = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        output, _ = process.communicate()
+        os.killpg(process.pid, signal.SIGINT)
+        try:
+            output, _ = process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            output, _ = process.communicate()
         pytest.fail(f"did not finish in {timeout} s: {shlex.join(argv)}\n{output[-3000:]}")
     seconds = time.monotonic() - start
     print(f"\n[nsys run: {seconds:.1f} s, status {process.returncode}] {shlex.join(argv)}")
-    if again and process.returncode == 1 and seconds < 10 and output.strip() == "End of file":
+    start_failed = process.returncode == 1 and seconds < 10 and output.strip() == "End of file"
+    if again and (start_failed or nsys_failed_by_itself(process.returncode, output)):
+        print(f"[nsys failed by itself; once more]\n{output[-1000:]}")
+        remove_reports(argv)
         return run(argv, timeout=timeout, again=False)
     return Run(process.returncode, seconds, output)
+
+
+def remove_reports(argv) -> None:
+    """Remove the reports that the nsys command `argv` writes: ``NAME.nsys-rep`` for ``--output=NAME``,
+    numbered ``NAME.N.nsys-rep`` for repeated captures, and one per rank for ``NAME%q{RANK}``."""
+    for word in argv:
+        if word.startswith("--output="):
+            name = ROOT / word.removeprefix("--output=")
+            if "%" in name.name:
+                patterns = [name.name.split("%", 1)[0] + "*.nsys-rep"]
+            else:
+                patterns = [f"{name.name}.nsys-rep", f"{name.name}.*.nsys-rep"]
+            for pattern in patterns:
+                for report in name.parent.glob(pattern):
+                    report.unlink()
 
 
 def export(report: Path) -> Path:
@@ -335,14 +361,7 @@ def test_torchrun_two_ranks_one_report_each(tmp_path):
     spec = spec_file(tmp_path, text)
     argv = [TORCHRUN, f"--master_port={free_port()}", "--nproc_per_node=2", "examples/train.py", "--steps", "2", "--spec", str(spec), "--backend", "thunder"]
     command = nsys_command(parse(text), argv, output=str(tmp_path / "ranks"))
-    done = run(command.argv)
-    if done.returncode != 0 and "sem_open" in done.output:
-        # nsys 2022.4.2's known start-up race between two sessions at once (its ProcessWaiter's
-        # sem_open fails); here the two ranks' sessions must overlap, so run the whole command again,
-        # without the report the other rank may have written (nsys will not overwrite it).
-        for report in tmp_path.glob("ranks.rank*"):
-            report.unlink()
-        done = run(command.argv)
+    done = run(command.argv)  # the ranks' two sessions overlap: nsys's sem_open race is run() once more
     assert done.returncode == 0, done.output[-3000:]
     ranks = [nsys_ranges(export(tmp_path / f"ranks.rank{rank}.nsys-rep")) for rank in (0, 1)]
     assert ranks[0][0].pid != ranks[1][0].pid
@@ -353,6 +372,36 @@ def test_torchrun_two_ranks_one_report_each(tmp_path):
     others = [[r for r in ranges if r.category not in ("blocks", "nvtx_regions.steps")] for ranges in ranks]
     assert not others[0]  # the linears are rank 1's only
     assert others[1] and all("linear(" in r.message for r in others[1])
+
+
+def test_a_run_past_its_timeout_leaves_no_process_behind_and_no_lock_held(tmp_path):
+    """A hung nsys run, ended at its timeout, takes its target with it (it runs in a session of its
+    own), and nothing but the flock of a running nsys holds the test run's nsys lock: once a hung
+    target held it, and every later nsys run of that CI waited for it until its own timeout."""
+    probe = f"nvtx_regions_timeout_probe_{os.getpid()}"
+    argv = [NSYS, "profile", "--trace=nvtx", "--sample=none", "--cpuctxsw=none", f"--output={tmp_path / 'hung'}",
+            PYTHON, "-c", "import time, sys; time.sleep(600)", probe]  # fmt: skip
+    with pytest.raises(pytest.fail.Exception, match="did not finish in 20 s"):
+        run(argv, timeout=20)
+
+    def processes() -> dict[int, str]:
+        found = {}
+        for entry in Path("/proc").iterdir():
+            try:
+                found[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except (ValueError, OSError):
+                continue
+        return found
+
+    assert not [cmd for cmd in processes().values() if probe in cmd]
+    holders = set()
+    for pid, cmd in processes().items():
+        try:
+            if any(os.readlink(fd) == str(NSYS_LOCK) for fd in Path(f"/proc/{pid}/fd").iterdir()):
+                holders.add(cmd.split(" ", 1)[0])
+        except OSError:
+            continue
+    assert holders <= {"flock"}, holders
 
 
 # ------------------------------------------------------------------ eager module ranges
