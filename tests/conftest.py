@@ -11,7 +11,10 @@ import functools
 import importlib.util
 import os
 import re
+import shlex
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import warnings
@@ -76,6 +79,23 @@ NSYS_OWN_FAILURES = (
 def nsys_failed_by_itself(returncode: int, output: str) -> bool:
     """Whether an nsys run that ended with `returncode` and printed `output` failed by nsys's own fault."""
     return returncode != 0 and any(failure in output for failure in NSYS_OWN_FAILURES)
+
+
+def finish_or_fail(process: subprocess.Popen, timeout: float) -> tuple[str, str | None]:
+    """`process.communicate()` (its stdout and stderr) within `timeout` seconds; past it, SIGINT to its
+    process group first, nsys's own way to end a session: it stops its target and its agent, which
+    run in sessions of their own and would outlive a kill of the group. SIGKILL follows 60 s later,
+    then the test fails with the tail of what the process printed."""
+    try:
+        return process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGINT)
+        try:
+            stdout, stderr = process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            stdout, stderr = process.communicate()
+        pytest.fail(f"did not finish in {timeout} s: {shlex.join(process.args)}\n{(stdout or '')[-3000:]}{(stderr or '')[-3000:]}")
 
 
 def require_nsys() -> str:

@@ -16,7 +16,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -26,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import NSYS_LOCK, nsys_failed_by_itself, require_nsys
+from conftest import NSYS_LOCK, finish_or_fail, nsys_failed_by_itself, require_nsys
 from nvtx_regions import parse
 from nvtx_regions.capture.chrome import RangeRecord, iter_items, write_chrome_trace
 from nvtx_regions.capture.summary import summarize
@@ -77,26 +76,14 @@ def run(argv, *, timeout: float = TIMEOUT, again: bool = True) -> Run:
     nsys 2022.4.2 sometimes fails by itself under load: status 1 and only "End of file" within a
     second (its CLI lost the connection to the agent it had just started; 1 run in about 40 here),
     or one of conftest's `NSYS_OWN_FAILURES`. Such a run is tried once more, without the reports
-    it may have left (nsys does not overwrite a report).
-
-    At the timeout nsys gets SIGINT first, its own way to end a session: it stops its target
-    and its agent, which run in sessions of their own and would outlive a kill of this group.
+    it may have left (nsys does not overwrite a report). At the timeout: conftest's `finish_or_fail`.
     """
     start = time.monotonic()
     process = subprocess.Popen(
         list(argv), cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True,
     )  # fmt: skip
-    try:
-        output, _ = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGINT)
-        try:
-            output, _ = process.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            output, _ = process.communicate()
-        pytest.fail(f"did not finish in {timeout} s: {shlex.join(argv)}\n{output[-3000:]}")
+    output, _ = finish_or_fail(process, timeout)
     seconds = time.monotonic() - start
     print(f"\n[nsys run: {seconds:.1f} s, status {process.returncode}] {shlex.join(argv)}")
     start_failed = process.returncode == 1 and seconds < 10 and output.strip() == "End of file"

@@ -14,7 +14,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import sqlite3
 import statistics
 import subprocess
@@ -23,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import THUNDER_INSTALLED, nsys_failed_by_itself, require_nsys
+from conftest import THUNDER_INSTALLED, finish_or_fail, nsys_failed_by_itself, require_nsys
 from test_chart import read_chart
 from nvtx_regions.core.profiling import ENV_BACKEND, ENV_SPEC
 from nvtx_regions.report.backends_table import BackendRun, compare_backends, render_backends
@@ -51,23 +50,13 @@ def child_env(tmp_path: Path) -> dict[str, str]:
 
 
 def profile(argv: list[str], tmp_path: Path, timeout: float = 600) -> subprocess.CompletedProcess:
-    """`nvtx-regions profile argv`; past `timeout`, SIGINT to its process group first, so that the nsys it
-    runs ends its target and its agent (their own sessions), then the test fails."""
+    """`nvtx-regions profile argv`; past `timeout`, conftest's `finish_or_fail` ends it and its nsys."""
     argv = [PYTHON, "-m", "nvtx_regions", "profile", *argv]
     process = subprocess.Popen(
         argv, cwd=ROOT, env=child_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True,
     )  # fmt: skip
-    try:
-        stdout, stderr = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGINT)
-        try:
-            stdout, stderr = process.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            stdout, stderr = process.communicate()
-        pytest.fail(f"did not finish in {timeout} s: {shlex.join(argv)}\n{stdout[-2000:]}{stderr[-2000:]}")
+    stdout, stderr = finish_or_fail(process, timeout)
     return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
 
 
