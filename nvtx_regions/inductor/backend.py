@@ -26,7 +26,17 @@ Promises:
 - Rules with no meaning under Inductor are left out, named once in one
   `NvtxRegionsWarning` (`inductor.check`, `selection.support`); rules that
   select nothing in any graph compiled so far warn once. ``strict=True``
-  makes either a `SelectorError`.
+  makes either a `SelectorError`, raised where the caller can catch it: by the
+  compiled model's call (or its backward), not inside Dynamo's compile.
+- What each rule selected is counted from what each wrapper's header says as
+  it loads (`placement`): the warnings, ``strict`` and `explain` are the same
+  whether Inductor compiled a graph or its cache served it.
+- Never a wrong name. Where Dynamo compiled a submodule's code on its own (a
+  graph break inside it), one graph serves every instance of that class: its
+  ranges are named per call after the instance it runs for
+  (`inductor.instances`). Where that instance cannot be known, the graph gets no
+  range, and one warning names the module, the reason and the way out; so do
+  the module calls that span a graph break (no one graph holds them).
 - Without a spec, the spec is ``each module <**>``, as for `compile` and `annotate`.
 """
 
@@ -37,6 +47,7 @@ import hashlib
 import os
 import threading
 import warnings
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,19 +56,39 @@ from ..core.errors import NvtxRegionsWarning
 from ..core.naming import DEFAULT_DOMAIN
 from ..core.profiling import DEFAULT_SELECT
 from ..internals import inductor as internals
+from ..internals.frames import outside_package
 from ..language.parse import parse, spec_from_arguments
 from ..runtime.clock import watch_step_gates
 from ..language.tree import render
 from ..selection.plan import Plan, make_plan
 from ..selection.unselected import RuleTally
+from ..core.globs import name_matcher, path_matcher
+from ..language.tree import EachClass, EachModule, walk
+from ..runtime.ranges import set_instance
 from .check import check_spec
-from .kernels import KernelView, kernel_view
+from .instances import FrameRoot, frame_root
+from .kernels import KernelView, kernel_view, rebase, view_from_literal, view_literal
 from .placement import placement
 
 if TYPE_CHECKING:
     from ..selection.explanation import Explanation
 
-__all__ = ["NvtxInductor", "PlacedGraph", "build_digest"]
+__all__ = ["NvtxInductor", "PlacedGraph", "build_digest", "graph_loaded"]
+
+# The backends that may be told of a wrapper loading, by cache key (`graph_loaded`); and, per
+# thread, the one whose `__call__` is compiling (and the graph's number) while it does.
+_backends: "weakref.WeakValueDictionary[str, NvtxInductor]" = weakref.WeakValueDictionary()
+_compiling = threading.local()
+
+
+def graph_loaded(report: tuple) -> None:
+    """Called by a wrapper's header as it loads (`runtime.graph_ranges`), on a compile and on a
+    cache hit alike: its backend counts what each rule selected there (see the module doc)."""
+    key = report[0]
+    current = getattr(_compiling, "backend", None)
+    backend = current if current is not None and current.cache_key == key else _backends.get(key)
+    if backend is not None:
+        backend._loaded(report)
 
 
 @functools.cache
@@ -127,11 +158,16 @@ class NvtxInductor:
         self._graph_numbers = 0
         self._lock = threading.Lock()
         self._warned = False
+        self._model = model
+        self._said: set[str] = set()  # what was already warned about (once each)
+        self._first_calls: set[int] = set()  # the graphs called at least once
         text = "\n".join(render(rule) for rule in parsed.rules)
         # The model's paths name the ranges too (they decide a message where the frame is a submodule's).
         tree = "" if self._paths is None else "\n".join(f"{p}:{type(m).__name__}" for p, m in model.named_modules())
         digest = hashlib.sha256(f"{build_digest()}\0{domain!r}\0{text}\0{tree}".encode()).hexdigest()[:24]
         self.cache_key = f"nvtx_regions:{digest}"
+        _backends[self.cache_key] = self
+        internals.recompile_limit_hits(_recompile_limit_hit)
 
     def __repr__(self) -> str:
         return f"NvtxInductor({'; '.join(render(r) for r in self.spec.rules)!r}, domain={self.domain!r})"
@@ -156,16 +192,66 @@ class NvtxInductor:
         with self._lock:
             number = self._graph_numbers
             self._graph_numbers += 1
+        frame = None if self._paths is None else frame_root(gm, example_inputs, self._model, self._paths)
 
         def inner_compile(graph: Any, inputs: Any, **kwargs: Any) -> Any:
             phase = "backward" if kwargs.get("is_backward") else "forward"
             if self._cannot_place(kwargs, config):
                 return internals.compile_fx_inner(graph, inputs, **kwargs)
-            place = lambda kernels: self._place(number, phase, kernels, bool(kwargs.get("is_inference")))  # noqa: E731
-            with internals.placing(phase, place):
+            inference = bool(kwargs.get("is_inference"))
+            place = lambda kernels: self._place(number, phase, kernels, inference, frame)  # noqa: E731
+            with internals.placing(phase, place), _compiling_as(self, number):
                 return internals.compile_fx_inner(graph, inputs, **kwargs)
 
-        return internals.compile_fx(gm, example_inputs, inner_compile=inner_compile, config_patches=patches)
+        with _compiling_as(self, number):
+            compiled = internals.compile_fx(gm, example_inputs, inner_compile=inner_compile, config_patches=patches)
+        if frame is None or frame.fixed or frame.why_not is not None:
+            frame = None
+        return internals.around(compiled, functools.partial(self._before, frame), functools.partial(self._after, number))
+
+    def _before(self, frame: FrameRoot | None, args: tuple[Any, ...]) -> str | None:
+        """Before a call of a graph: the module instance it runs for, when its code serves several."""
+        if frame is None:
+            return None
+        instance = frame.instance(args)
+        if instance is None:
+            self._say(
+                f"unknown:{frame.root}",
+                f"{self!r}: a graph of {frame.cls}.forward (compiled on its own after a graph break) ran with a "
+                f"parameter that belongs to no {frame.cls} of the compiled model (replaced after compiling?), so "
+                "its calls get no NVTX range: compile the model again after changing its parameters",
+            )
+        set_instance(instance)
+        return instance
+
+    def _after(self, number: int, outputs: Any, instance: str | None) -> None:
+        """After a call of graph `number`: its backward's instance, and, on its first call, when to say
+        what each rule selected: as its backward starts (every forward graph of the step has run by
+        then), or now for a call without gradients. The same moment whether the cache served it or not."""
+        if instance is not None:
+            set_instance(None)
+            internals.on_backward(outputs, lambda: set_instance(instance))
+        if number in self._first_calls:
+            return
+        self._first_calls.add(number)
+        if internals.on_backward(outputs, self._backward_started):
+            return
+        import torch
+
+        if not torch.is_grad_enabled():
+            self._report()
+
+    def _backward_started(self) -> None:
+        self._outside_graphs()
+        self._report()
+
+    def _say(self, what: str, message: str) -> None:
+        """Warn `message` once per `what` for this backend."""
+        with self._lock:
+            if what in self._said:
+                return
+            self._said.add(what)
+        warnings.warn(message, NvtxRegionsWarning, stacklevel=outside_package())
 
     def _cannot_place(self, kwargs: dict[str, Any], config: Any) -> bool:
         """Whether this graph gets no Python wrapper run per call (warning once if so)."""
@@ -189,18 +275,133 @@ class NvtxInductor:
             )
         return True
 
-    def _place(self, number: int, phase: str, kernels: list[Any], inference: bool) -> Any:
-        name = f"graph {number} ({phase})"
-        view = kernel_view(kernels, phase, name, self._calls, self._paths)  # type: ignore[arg-type]
-        plan = make_plan(self.compiled, view, self.domain)
+    def _place(self, number: int, phase: str, kernels: list[Any], inference: bool, frame: FrameRoot | None) -> Any:
+        """The lines a wrapper gains: its ranges, and a header that reports its view as it loads."""
+        view = kernel_view(kernels, phase, f"graph {number} ({phase})", self._calls, self._paths)  # type: ignore[arg-type]
+        root = None if frame is None or frame.why_not is not None else frame.root
+        views = self._views(view, frame)
+        plans = [make_plan(self.compiled, v, self.domain) for v in views]
+        shapes = {self._shape(plan) for plan in plans}
+        left_out = frame.why_not if frame is not None else None
+        if left_out is None and len(shapes) > 1:
+            left_out = (
+                f"the spec selects other ranges in some {frame.cls} modules than in others "  # type: ignore[union-attr]
+                "(it names some of them), and the graph's code is the same for all"
+            )
+        report = (self.cache_key, number, phase, inference, root, left_out, view_literal(view))
+        if left_out is not None:
+            return placement(Plan(phase, view.name, (), ()), view, self.compiled, self.domain, report=report)  # type: ignore[arg-type]
+        instances = None
+        if frame is not None and not frame.fixed:
+            instances = {instance: self._messages(p, v) for instance, v, p in zip(frame.candidates, views, plans)}
+        return placement(plans[0], views[0], self.compiled, self.domain, report=report, instances=instances)
+
+    @staticmethod
+    def _shape(plan: Plan) -> tuple:
+        return tuple((r.start, r.end, r.kind, r.rules, r.gate, r.style) for r in plan.ranges)
+
+    @staticmethod
+    def _messages(plan: Plan, view: KernelView) -> list[str]:
+        return [r.label if r.label is not None else view.ops[r.start].name for r in plan.ranges]
+
+    def _views(self, view: KernelView, frame: FrameRoot | None) -> list[KernelView]:
+        """`view` as each module instance that runs its graph sees it (`inductor.instances`)."""
+        if frame is None or frame.fixed:
+            return [view]
+        if frame.why_not is not None:
+            return []
+        return [rebase(view, frame.root, instance, f"{view.name} as {instance}") for instance in frame.candidates]
+
+    def _loaded(self, report: tuple) -> None:
+        """A wrapper of this backend's loaded (compiled now, or served by the cache): count what each
+        rule selected in it, and say what was left out (see the module doc)."""
+        _, number, phase, inference, root, left_out, literal = report
+        number = getattr(_compiling, "number", number) if getattr(_compiling, "backend", None) is self else number
+        view = view_from_literal(literal)
+        view.name = f"graph {number} ({phase})"
+        frame = None
+        if root is not None and self._model is not None:
+            modules = dict(self._model.named_modules())
+            cls = type(modules[root]) if root in modules else None
+            candidates = tuple(p for p, m in modules.items() if type(m) is cls)
+            frame = FrameRoot(root, getattr(cls, "__name__", "?"), candidates)
+        views = [view] if frame is None else self._views(view, frame)
+        if left_out is not None:
+            views = []
+            self._say(f"left out:{left_out}", self._left_out_message(root, view, left_out))
+        if frame is not None:
+            self._spanning(frame)
         with self._lock:
-            self.graphs.append(PlacedGraph(number, view, plan))
-            self._tally.add(plan, view)
-        if phase == "backward" or inference:
-            self._report()
-        return placement(plan, view, self.compiled, self.domain)
+            for v in views:
+                plan = make_plan(self.compiled, v, self.domain)
+                self.graphs.append(PlacedGraph(number, v, plan))
+                self._tally.add(plan, v)
+
+    def _left_out_message(self, root: str | None, view: KernelView, why: str) -> str:
+        modules = sorted({call.path for op in view.ops if op.chain for call in op.chain})
+        inside = f" (its modules: {', '.join(modules[:4])}{', ...' if len(modules) > 4 else ''})" if modules else ""
+        where = f"a graph of {root!r}'s code{inside}" if root else f"a graph{inside}"
+        return (
+            f"{self!r}: {where} gets no NVTX range: Dynamo compiled it on its own after a graph break, and {why}. "
+            "Remove the graph break (TORCH_LOGS=graph_breaks shows where), or use backend='eager', "
+            "which names every module call"
+        )
+
+    def _spanning(self, frame: FrameRoot) -> None:
+        """Warn once per root class about the selected module calls that span a graph break."""
+        spanning = frame.spanning()
+        selected = [p for p in spanning if self._each_selects(p, self._model.get_submodule(p))]  # type: ignore[union-attr]
+        if selected:
+            shown = ", ".join(selected[:4]) + (", ..." if len(selected) > 4 else "")
+            self._say(
+                f"spanning:{frame.cls}",
+                f"{self!r}: the calls of {shown} get no NVTX range: a graph break inside {frame.cls}.forward "
+                "split each call across graphs Dynamo compiled on their own, and no one graph holds the call. "
+                "The ranges inside them are named after the module each graph ran for. Remove the graph break "
+                "(TORCH_LOGS=graph_breaks shows where), or use backend='eager' for these ranges",
+            )
+
+    def _each_selects(self, path: str, module: Any) -> bool:
+        for rule in self.compiled.rules:
+            for part in walk(rule.rule.expr):
+                if isinstance(part, EachModule) and path_matcher(part.globs)(path):
+                    return True
+                if isinstance(part, EachClass) and name_matcher(part.globs)(type(module).__name__):
+                    return True
+        return False
+
+    def _outside_graphs(self) -> None:
+        """Warn once about the modules an ``each`` rule selects that are in no graph placed so far: their
+        calls ran outside torch.compile (Dynamo skips a frame with a graph break inside a loop, and runs
+        the torch.nn modules it calls as they are), so they got no range."""
+        if self._model is None:
+            return
+        import torch
+
+        seen = {call.path for graph in self.graphs for op in graph.view.ops if op.chain for call in op.chain}
+        roots = {graph.view.name.rpartition(" as ")[2] for graph in self.graphs if " as " in graph.view.name}
+        spanning = {p for root in roots for p in FrameRoot(root, "", (root,)).spanning()}
+        missing = [
+            path
+            for path, module in self._model.named_modules()
+            if path
+            and path not in seen
+            and path not in spanning
+            and type(module).forward is not torch.nn.Module.forward
+            and self._each_selects(path, module)
+        ]
+        if missing and self.graphs:
+            shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+            self._say(
+                f"outside:{shown}",
+                f"{self!r}: {shown} got no NVTX range: no graph compiled so far holds their calls, so they ran "
+                "outside torch.compile (after a graph break inside a loop, Dynamo runs the frame eagerly, with the "
+                "torch.nn modules it calls), or were not called. Remove the graph break (TORCH_LOGS=graph_breaks "
+                "shows where), or use backend='eager'",
+            )
 
     def _report(self) -> None:
+        # At run time (`_after`), outside Dynamo's compile, which would wrap a SelectorError in its own.
         self._tally.report(strict=self.strict, where="the graphs compiled so far", once=True)
 
     def explain(
@@ -211,3 +412,36 @@ class NvtxInductor:
         from .explain import explain_graphs
 
         return explain_graphs(self, spec_from_arguments(select, spec), max_ops=max_ops)
+
+
+_limits_said: set[str] = set()
+
+
+def _recompile_limit_hit(limit: str, value: Any, function: str) -> None:
+    """Dynamo stopped compiling `function` (`internals.inductor.recompile_limit_hits`): say so once per
+    function while any `NvtxInductor` is alive, since its calls now run eagerly, without ranges."""
+    if not _backends or function in _limits_said:
+        return
+    _limits_said.add(function)
+    warnings.warn(
+        f"Dynamo hit torch._dynamo.config.{limit} ({value}) for {function}: from now on it runs without "
+        "torch.compile, so its calls get no NVTX range from NvtxInductor. Raise the limit before compiling "
+        f"(torch._dynamo.config.{limit} = N), or make the recompiles stop (TORCH_LOGS=recompiles says why "
+        "each happened)",
+        NvtxRegionsWarning,
+        stacklevel=outside_package(),
+    )
+
+
+class _compiling_as:
+    """While on, `graph_loaded` tells `backend` first, and a graph's number is `number`."""
+
+    def __init__(self, backend: NvtxInductor, number: int) -> None:
+        self.backend, self.number = backend, number
+
+    def __enter__(self) -> None:
+        self.saved = (getattr(_compiling, "backend", None), getattr(_compiling, "number", None))
+        _compiling.backend, _compiling.number = self.backend, self.number
+
+    def __exit__(self, *exc: Any) -> None:
+        _compiling.backend, _compiling.number = self.saved

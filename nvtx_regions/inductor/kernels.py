@@ -44,7 +44,7 @@ from ..core.calls import Chain, ModuleCall, common_chain
 from ..internals.inductor import WrapperKernel, called_module
 from ..selection.view import ChainView, Phase
 
-__all__ = ["Kernel", "KernelView", "kernel_view"]
+__all__ = ["Kernel", "KernelView", "kernel_view", "view_literal", "view_from_literal", "rebase"]
 
 
 @dataclass(frozen=True)
@@ -120,3 +120,49 @@ def kernel_view(
             Kernel(position, kernel.name, tuple(names), common_chain(chains), kernel.first, kernel.last, hoisted)
         )
     return KernelView(ops, phase, name, classes)
+
+
+def view_literal(view: KernelView) -> tuple:
+    """`view` as a Python literal (tuples, strings, ints) for a wrapper's header: what
+    `view_from_literal` rebuilds in a process where Inductor's cache served the wrapper."""
+    chains: dict[Chain, int] = {}
+    ops = []
+    for op in view.ops:
+        chain = None if op.chain is None else chains.setdefault(op.chain, len(chains))
+        ops.append((op.name, op.names, chain, op.first_line, op.last_line, op.hoisted))
+    table = tuple(tuple((call.path, call.cls, call.call) for call in chain) for chain in chains)
+    return (view.phase, view.name, tuple(sorted(view.classes.items())), table, tuple(ops))
+
+
+def view_from_literal(literal: tuple) -> KernelView:
+    """The `KernelView` that `view_literal` wrote."""
+    phase, name, classes, table, ops = literal
+    chains = [tuple(ModuleCall(*call) for call in chain) for chain in table]
+    kernels = [
+        Kernel(position, op_name, tuple(names), None if chain is None else chains[chain], first, last, hoisted)
+        for position, (op_name, names, chain, first, last, hoisted) in enumerate(ops)
+    ]
+    return KernelView(kernels, phase, name, dict(classes))
+
+
+def _rebased(path: str, root: str, instance: str) -> str:
+    if not root:
+        return f"{instance}.{path}" if path else instance
+    if path == root:
+        return instance
+    return instance + path[len(root) :] if path.startswith(root + ".") else path
+
+
+def rebase(view: KernelView, root: str, instance: str, name: str) -> KernelView:
+    """`view` with the module paths under `root` moved under `instance` (another module of the
+    same class running the same graph), named `name`."""
+    if instance == root:
+        return KernelView(view.ops, view.phase, name, view.classes)
+    ops = []
+    for op in view.ops:
+        chain = op.chain
+        if chain is not None:
+            chain = tuple(ModuleCall(_rebased(c.path, root, instance), c.cls, c.call) for c in chain)
+        ops.append(Kernel(op.index, op.name, op.names, chain, op.first_line, op.last_line, op.hoisted))
+    classes = {_rebased(path, root, instance): cls for path, cls in view.classes.items()}
+    return KernelView(ops, view.phase, name, classes)

@@ -11,7 +11,13 @@ Promises:
   open (`runtime.ranges`); a graph with gated ranges decides its gates in the
   call's first line.
 - The header builds the ranges from literals (`runtime.graph_ranges`), so the
-  code runs the same wherever Inductor's cache loads it.
+  code runs the same wherever Inductor's cache loads it. It also carries the
+  graph's view (`report`), which it hands to its backend when it loads: what a
+  rule selected is then known, and said, alike on a compile and on a cache hit.
+  A graph with no range gets that header alone.
+- Code run for several module instances (`instances`: per instance, each
+  range's message) reads each range's attributes from the call's gates, whose
+  first line takes the instance (`runtime.ranges.set_instance`).
 """
 
 from __future__ import annotations
@@ -26,10 +32,24 @@ from .runtime import NAMES, gate_text
 __all__ = ["placement"]
 
 
-def placement(plan: Plan, view: KernelView, spec: CompiledSpec, domain: str | None) -> Placement | None:
-    """The lines that put `plan`'s ranges into the wrapper of `view`'s graph; None for no range."""
+def placement(
+    plan: Plan,
+    view: KernelView,
+    spec: CompiledSpec,
+    domain: str | None,
+    *,
+    report: tuple,
+    instances: dict[str, list[str]] | None = None,
+) -> Placement:
+    """The lines that put `plan`'s ranges into the wrapper of `view`'s graph, and the header that
+    hands `report` to the backend when the wrapper loads (see the module doc)."""
     if plan.empty:
-        return None
+        header = [
+            "from nvtx_regions.inductor.runtime import graph_ranges",
+            f"{NAMES.ranges} = graph_ranges({domain!r}, [], [], [], graph={report!r})",
+        ]
+        return Placement({}, {}, header, prelude=[], guard=NAMES.ranges, error=NAMES.error)
+    by_instance = instances is not None
     groups: dict[frozenset[Gate] | None, int] = {}
     for planned in plan.ranges:
         groups.setdefault(planned.gate, len(groups))
@@ -41,8 +61,10 @@ def placement(plan: Plan, view: KernelView, spec: CompiledSpec, domain: str | No
         message = planned.label if planned.label is not None else view.ops[planned.start].name
         ranges.append((message, rule_color(rule.number), rule_category(rule.rule)))
         group = groups[planned.gate]
-        gated = planned.gate is not None
+        gated = planned.gate is not None or by_instance
         attributes = NAMES.attributes(number)
+        if by_instance:
+            attributes = f"{NAMES.gates}.{attributes}"
         first, last = view.ops[planned.start].first_line, view.ops[planned.end].last_line
         if planned.style == "StartEnd":
             started = NAMES.started(number)
@@ -59,7 +81,7 @@ def placement(plan: Plan, view: KernelView, spec: CompiledSpec, domain: str | No
         lines += [(kind, number, group) for _, kind, number, group in (*before.get(index, ()), *after.get(index, ()))]
     gates = [gate_text(gate) for gate in groups]
     # A local of the call: a gate is decided per call, and no thread sees another's choice.
-    prelude = [f"{NAMES.gates} = {NAMES.ranges}.enter()  # the gates of this call"] if any(gates) else []
+    prelude = [f"{NAMES.gates} = {NAMES.ranges}.enter()  # the gates of this call"] if any(gates) or by_instance else []
     header = [
         "from nvtx_regions.inductor.runtime import graph_ranges",
         f"{NAMES.ranges} = graph_ranges(",
@@ -69,6 +91,8 @@ def placement(plan: Plan, view: KernelView, spec: CompiledSpec, domain: str | No
         "    ],",
         f"    {lines!r},",
         f"    {gates!r},",
+        f"    graph={report!r},",
+        *([f"    instances={instances!r},"] if by_instance else []),
         ")",
         f"globals().update({NAMES.ranges}.globals())  # {NAMES.domain}, nvtx_regions_push, nvtx_regions_attr_N, ...",
     ]

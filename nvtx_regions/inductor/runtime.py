@@ -71,20 +71,36 @@ def graph_ranges(
     ranges: Sequence[tuple[str, int, str]],
     lines: Sequence[tuple[str, int, int]],
     gates: Sequence[GateText | None],
+    *,
+    graph: tuple | None = None,
+    instances: dict[str, Sequence[str]] | None = None,
 ) -> GeneratedRanges:
-    """The runtime of one wrapper's ranges, from its header's literals (see the module doc)."""
+    """The runtime of one wrapper's ranges, from its header's literals (see the module doc).
+
+    `graph`: what the wrapper's backend placed (`NvtxInductor` is told, `backend.graph_loaded`);
+    `instances`: per module instance the code runs for, each range's message (`runtime.ranges`)."""
+    if graph is not None:
+        from .backend import graph_loaded
+
+        graph_loaded(graph)
     own = Domain(domain)
     groups = []
     for number, text in enumerate(gates):
         gate = None if text is None else frozenset(Gate(None if r is None else frozenset(r), a, b) for r, a, b in text)
-        push, pop, start, end = NAMES.functions(number, text is not None)
+        push, pop, start, end = NAMES.functions(number, text is not None or instances is not None)
         groups.append(Group(gate, own, push, pop, start, end, NAMES.domain))
     attributes = [own.attributes(message, color=color, category=category) for message, color, category in ranges]
+    by_instance = None
+    if instances is not None:
+        by_instance = {
+            name: [own.attributes(m, color=c, category=k) for m, (_, c, k) in zip(messages, ranges)]
+            for name, messages in instances.items()
+        }
     started = {number: NAMES.started(number) for kind, number, _ in lines if kind == "start"}
     return GeneratedRanges(
         groups, [Line(kind, number, group) for kind, number, group in lines], attributes=attributes,
         attribute_names=[NAMES.attributes(n) for n in range(len(ranges))], started_names=started,
-        gates_name=NAMES.gates, global_name=NAMES.ranges,
+        gates_name=NAMES.gates, global_name=NAMES.ranges, instances=by_instance,
     )  # fmt: skip
 
 

@@ -68,13 +68,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from .inductor_origins import Origin, called_module, module_digest, module_path, module_paths, node_origin, static_nodes
+from .inductor_origins import (
+    Origin, called_module, graph_module_stacks, module_digest, module_path, module_paths, node_origin, static_nodes,
+)  # fmt: skip
 from .inductor_reaches import TESTED_TORCH, UnsupportedTorchError, check_reaches
 
 __all__ = [
     "TESTED_TORCH", "UnsupportedTorchError", "check_reaches", "Origin", "WrapperKernel", "Placement",
     "install", "uninstall", "placing", "cache_key_pass", "compile_fx", "compile_fx_inner",
     "inductor_config", "mode_options", "module_path", "module_digest", "module_paths", "called_module",
+    "graph_module_stacks", "around", "on_backward", "recompile_limit_hits",
 ]  # fmt: skip
 
 
@@ -342,6 +345,10 @@ def _insert(wrapper: Any, placement: Placement) -> None:
             code.writeline("raise")
             code.do_unindent()
 
+    for line in placement.header:
+        wrapper.header.writeline(line)
+    if not placement.before and not placement.after:
+        return
     lines = wrapper.lines
     out: list[Any] = [*placement.prelude, Try()]
     for index, line in enumerate(lines):
@@ -353,8 +360,6 @@ def _insert(wrapper: Any, placement: Placement) -> None:
         out.extend(placement.before.get(index, ()))
         out.extend(placement.after.get(index, ()))
     wrapper.lines = [*out, Except()]
-    for line in placement.header:
-        wrapper.header.writeline(line)
 
 
 def cache_key_pass(key: str, theirs: Any = None) -> Any:
@@ -374,3 +379,59 @@ def cache_key_pass(key: str, theirs: Any = None) -> Any:
             return None if inner is None else (key, inner)
 
     return NvtxRegionsCacheKey()
+
+
+def around(compiled: Any, before: Callable[[tuple[Any, ...]], Any], after: Callable[[Any, Any], None]) -> Any:
+    """`compiled` (what ``compile_fx`` returned) called with `before(args)` first and
+    `after(outputs, what before returned)` last. Dynamo calls it with the graph's inputs as
+    positional arguments (2.11, 2.14: ``compile_fx``'s result boxes them itself)."""
+
+    def run(*args: Any) -> Any:
+        token = before(args)
+        outputs = compiled(*args)
+        after(outputs, token)
+        return outputs
+
+    return run
+
+
+def on_backward(outputs: Any, hook: Callable[[], None]) -> bool:
+    """Call `hook` on the thread that runs the backward of this call of a compiled graph, just before
+    its compiled backward runs: a pre-hook of AOTAutograd's node, ``CompiledFunctionBackward``, which
+    the graph's outputs that need a gradient share (2.11, 2.14). False where no output has it
+    (nothing needs a gradient)."""
+    for output in outputs if isinstance(outputs, (list, tuple)) else (outputs,):
+        node = getattr(output, "grad_fn", None)
+        if node is not None and node.name() == "CompiledFunctionBackward":
+            node.register_prehook(lambda grad_outputs: hook())
+            return True
+    return False
+
+
+_limit_watchers: list[Callable[[str, Any, str], None]] = []
+
+
+def recompile_limit_hits(callback: Callable[[str, Any, str], None]) -> None:
+    """Call ``callback(limit name, its value, the function)`` each time Dynamo gives up compiling a
+    function because it hit a recompile limit (after which the function runs eagerly).
+
+    Dynamo says so only in a warning of the ``torch._dynamo.convert_frame`` logger, "torch._dynamo
+    hit config.%s (%s)\n   function: %s ..." (2.8 to 2.14): a filter on that logger reads it and
+    keeps the record. Without it, a model past the limit runs without ranges and nothing says so.
+    """
+    import logging
+
+    if callback in _limit_watchers:
+        return
+    _limit_watchers.append(callback)
+    if len(_limit_watchers) > 1:
+        return
+
+    def read(record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str) and record.msg.startswith("torch._dynamo hit config.") and len(record.args or ()) >= 3:
+            limit, value, function = record.args[:3]  # type: ignore[index]
+            for watcher in list(_limit_watchers):
+                watcher(str(limit), value, str(function))
+        return True
+
+    logging.getLogger("torch._dynamo.convert_frame").addFilter(read)

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Origin", "module_digest", "module_path", "module_paths", "called_module", "node_origin", "static_nodes"]
+__all__ = ["Origin", "graph_module_stacks", "module_digest", "module_path", "module_paths", "called_module", "node_origin", "static_nodes"]
 
 
 def module_digest(gm: Any) -> str:
@@ -28,6 +28,16 @@ def module_digest(gm: Any) -> str:
             parts.append(f"{value[0]}:{cls}")
         digest.update("\0".join(parts).encode() + b"\n")
     return digest.hexdigest()[:24]
+
+
+def graph_module_stacks(gm: Any) -> list[tuple[str, str]]:
+    """(module call key, path relative to the compiled frame's root) of every module call Dynamo
+    recorded on `gm`'s nodes (``nn_module_stack``, 2.11, 2.14), each once."""
+    found: dict[tuple[str, str], None] = {}
+    for node in gm.graph.nodes:
+        for key, value in (node.meta.get("nn_module_stack") or {}).items():
+            found[(str(key), module_path(str(value[0])))] = None
+    return list(found)
 
 
 # The compiled frame's local or global that holds the root module, with the subscripts that pick it

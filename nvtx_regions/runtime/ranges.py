@@ -42,7 +42,7 @@ from ..selection.compile import Gate
 from .clock import current_rank, current_step
 from .domain import SKIPPED, Domain, NvtxCalls, calls_of
 
-__all__ = ["Group", "Line", "GeneratedRanges", "leave_open", "close_left_open"]
+__all__ = ["Group", "Line", "GeneratedRanges", "leave_open", "close_left_open", "set_instance"]
 
 
 @dataclass(frozen=True)
@@ -90,8 +90,12 @@ class GeneratedRanges:
         started_names: dict[int, str],
         gates_name: str,
         global_name: str,
+        instances: dict[str, Sequence[Any]] | None = None,
     ) -> None:
+        """`instances`: per instance, the attributes of each range, for code whose every group
+        is gated and whose lines read the attributes from the call's gates (see the module doc)."""
         self.groups = tuple(groups)
+        self.instances = instances
         self.lines = tuple(lines)
         self.attributes = tuple(attributes)
         self.attribute_names = tuple(attribute_names)
@@ -99,10 +103,13 @@ class GeneratedRanges:
         self.gates_name = gates_name
         self.global_name = global_name
         self.calls: tuple[NvtxCalls, ...] = tuple(calls_of(g.domain) for g in self.groups)
-        self._gated = [n for n, g in enumerate(self.groups) if g.gate is not None]
+        # Instance-named code calls every group's functions through the call's gates.
+        self._gated = [n for n, g in enumerate(self.groups) if g.gate is not None or instances is not None]
         self._gates: dict[tuple[bool, ...], Any] = {}
         self._placed: dict[Any, list[tuple[int, Line]]] = {}  # per code object of the function
         slots = tuple(name for n in self._gated for name in self._names(n))
+        if instances is not None:
+            slots += self.attribute_names
         self._gates_type = type("CallGates", (), {"__slots__": slots}) if slots else None
 
     def _names(self, group: int) -> tuple[str, ...]:
@@ -115,12 +122,13 @@ class GeneratedRanges:
         values: dict[str, Any] = {self.global_name: self}
         for group, calls in zip(self.groups, self.calls):
             values[group.domain_argument] = calls.domain_argument
-            if group.gate is None:
+            if group.gate is None and self.instances is None:
                 for name, function in zip((group.push, group.pop, group.start, group.end), _functions(calls)):
                     if name:
                         values[name] = function
-        for name, attributes in zip(self.attribute_names, self.attributes):
-            values[name] = attributes
+        if self.instances is None:
+            for name, attributes in zip(self.attribute_names, self.attributes):
+                values[name] = attributes
         return values
 
     # -- per call --------------------------------------------------------------
@@ -129,13 +137,24 @@ class GeneratedRanges:
         """The gates of a call starting now: per gated group, nvtx's functions where its gate is
         open at this rank and step (`clock`), else C no-ops."""
         step, rank = current_step(), current_rank()
-        key = tuple(self.groups[n].is_open(rank, step) for n in self._gated)
+        instance = None
+        if self.instances is not None:
+            instance = getattr(_instance, "name", None)
+            _instance.name = None
+            if instance not in self.instances:
+                instance = None
+        known = self.instances is None or instance is not None
+        key = (instance, *(known and self.groups[n].is_open(rank, step) for n in self._gated))
         gates = self._gates.get(key)
         if gates is None:
             gates = self._gates_type()
-            for n, on in zip(self._gated, key):
+            for n, on in zip(self._gated, key[1:]):
                 for name, function in zip(self._names(n), _functions(self.calls[n] if on else SKIPPED)):
                     setattr(gates, name, function)
+            if self.instances is not None:
+                attributes = self.instances[instance] if instance is not None else [None] * len(self.attribute_names)
+                for name, value in zip(self.attribute_names, attributes):
+                    setattr(gates, name, value)
             self._gates[key] = gates
         return gates
 
@@ -194,7 +213,7 @@ class GeneratedRanges:
 
     def _function(self, group: int, kind: str, gates: Any) -> Callable[..., Any]:
         name = getattr(self.groups[group], kind)
-        if self.groups[group].gate is None:
+        if self.groups[group].gate is None and self.instances is None:
             return getattr(self.calls[group], kind)
         return getattr(gates, name, None) or getattr(SKIPPED, kind)
 
@@ -237,6 +256,14 @@ def _functions(calls: NvtxCalls) -> tuple[Callable[..., Any], ...]:
 
 
 _left_open = threading.local()
+_instance = threading.local()
+
+
+def set_instance(name: str | None) -> None:
+    """Say, on this thread, which module instance the next call of instance-named code runs for
+    (None: not known); that call's `GeneratedRanges.enter` takes it (see the module doc)."""
+    _instance.name = name
+
 
 
 def leave_open(close: Callable[[], None]) -> None:
