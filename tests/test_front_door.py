@@ -147,6 +147,30 @@ def test_the_thunder_transform_alone_defaults_to_every_op():
     assert NvtxProfileTransform().spec.rules == parse("all").rules
 
 
+# ------------------------------------------------------------------ no backend
+
+
+@pytest.mark.thunder
+def test_without_a_backend_compile_uses_inductor_even_with_thunder_installed(monkeypatch):
+    """thunder runs only when named: with lightning-thunder installed, compile(model) is torch.compile."""
+    import thunder
+
+    from nvtx_regions import NvtxInductor
+    from nvtx_regions.backends import default_backend
+    from nvtx_regions.internals.versions import thunder_installed
+
+    monkeypatch.delenv("NVTX_REGIONS_BACKEND", raising=False)
+    assert thunder_installed()
+    given = []
+    monkeypatch.setattr(torch, "compile", lambda model, **kwargs: given.append(kwargs) or model)
+    monkeypatch.setattr(thunder, "jit", lambda *args, **kwargs: pytest.fail("thunder.jit was called without backend='thunder'"))
+    model = Net()
+    assert nvtx_regions.compile(model) is model
+    assert default_backend() == "inductor"
+    (kwargs,) = given
+    assert isinstance(kwargs["backend"], NvtxInductor) and kwargs["backend"].spec.rules == parse(DEFAULT_SELECT).rules
+
+
 # ------------------------------------------------------------------ Inductor: the rest runs, the default, explain
 
 
