@@ -178,14 +178,6 @@ def test_transform_thunder_never_called_is_named_at_exit_with_the_fix():
     assert "domain='used'" not in line
 
 
-@pytest.mark.parametrize("select", ["", "# only a comment\n\n"])
-def test_spec_without_rules_warns_and_strict_raises(select):
-    with pytest.warns(NvtxRegionsWarning, match="the spec has no rules, so no range will be emitted; write 'all'"):
-        NvtxProfileTransform(select)
-    with pytest.raises(SelectorError, match="the spec has no rules"):
-        NvtxProfileTransform(select, strict=True)
-
-
 def test_cli_check_of_an_empty_spec_fails_and_says_why(tmp_path):
     empty = tmp_path / "empty.nvtx"
     empty.write_text("# nothing yet\n")

@@ -33,9 +33,9 @@ from ..internals.frames import ignored_jit_keyword
 from ..attribution.recording import install_module_recorder
 from ..attribution.traceview import TraceView, one_line
 from ..core.calls import chain_message
-from ..core.errors import NvtxRegionsWarning, SelectorError
+from ..core.errors import NvtxRegionsWarning
 from ..core.naming import DEFAULT_DOMAIN
-from ..language.parse import parse, spec_from_arguments
+from ..language.parse import given_spec
 from ..language.tree import Spec, render
 from ..selection.compile import CompiledSpec, compile_spec
 from ..selection.plan import Plan, make_plan
@@ -122,16 +122,8 @@ class NvtxProfileTransform(Transform):
         self.spec_path = None if spec is None else os.fspath(spec)
         self.domain_name = domain
         self.strict = bool(strict)
-        self._setup(spec_from_arguments(select, self.spec_path) or parse("all"))
-        if not self.spec.rules:
-            given = f"spec={self.spec_path!r}" if select is None else f"select={select!r}"
-            message = (
-                f"NvtxProfileTransform({given}): the spec has no rules, so no range will be emitted; "
-                "write 'all' for a range per op, or leave the transform out to profile nothing"
-            )
-            if self.strict:
-                raise SelectorError(message)
-            warnings.warn(message, NvtxRegionsWarning, stacklevel=2)
+        # Without a spec: `all`, a range per op, as thunder's own NVTX transform gives.
+        self._setup(given_spec(select, self.spec_path, default="all", where="NvtxProfileTransform", strict=self.strict, stacklevel=2))
 
     def _setup(self, spec: Spec) -> None:
         """Compile `spec` and start with no traces seen (from `__init__` and from a copy)."""
