@@ -274,7 +274,7 @@ def test_one_explain_type_for_every_backend(inductor_runs):
     assert [rule.applies for rule in found.rules] == [True, False] and set(found.unsupported) == {1}
     # Another spec against the same graphs.
     other = explain(backend, "each module <hed>")
-    assert other.reasons == {0: "module 'hed' matches nothing in these traces (nearest: head)"}
+    assert other.reasons == {0: "module 'hed' matches nothing in these graphs (nearest: head)"}  # Inductor's words
     with annotate(make_blocks(), "each class <Block>") as handle:
         found = explain(handle)
         assert type(found) is Explanation and str(found) == str(handle.explain())
@@ -308,3 +308,54 @@ def test_inductor_compiles_a_function_and_model_must_be_a_module(nvtx_capture, m
     assert len(pushed) == 1 and "relu" in pushed[0], pushed  # one fused kernel, one range
     with pytest.raises(TypeError, match=r"^NvtxInductor\(model=\.\.\.\) takes the torch\.nn\.Module .* got function\. "):
         NvtxInductor(model=scaled)
+
+
+# ------------------------------------------------------------------ "selected nothing" in each backend's words
+
+
+def test_inductor_says_graphs_and_kernels_and_why_no_kernel_has_a_module(monkeypatch, tmp_path):
+    """A compiled function has no module calls: the reason names Dynamo and the way out, not thunder."""
+    from nvtx_regions import NvtxInductor
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    torch._dynamo.reset()
+    backend = NvtxInductor("each module <*>")
+    compiled = torch.compile(lambda x: torch.relu(x) * 2, backend=backend)
+    with torch.no_grad(), pytest.warns(NvtxRegionsWarning) as caught:
+        compiled(torch.randn(4, 8))
+    (message,) = [str(w.message) for w in caught if issubclass(w.category, NvtxRegionsWarning)]
+    assert message == (
+        "rule 'each module <*>' (<select>:1) selected nothing in the graphs compiled so far; "
+        "Dynamo recorded no module call for the kernels of these graphs (a function was compiled, not a module): "
+        "compile the model itself, with nvtx_regions.compile(model, backend='inductor') or NvtxInductor(model=model)"
+    )
+    assert "thunder" not in message
+
+
+def test_eager_says_module_calls():
+    from nvtx_regions import annotate, explain
+
+    with annotate(Net()) as handle:
+        assert explain(handle, "each module <encodr>").reasons == {
+            0: "module 'encodr' matches nothing in the model's module calls (nearest: encoder)"
+        }
+
+
+@pytest.mark.thunder
+def test_thunder_says_traces():
+    import thunder
+
+    from nvtx_regions import NvtxProfileTransform, explain
+
+    jitted = thunder.jit(Net(), transforms=[NvtxProfileTransform("each module <*>")])
+    jitted(torch.randn(2, 8))
+    assert explain(jitted, "each module <encodr>").reasons == {
+        0: "module 'encodr' matches nothing in these traces (nearest: encoder)"
+    }
+
+
+def test_one_row_of_words_per_backend():
+    from nvtx_regions.selection.unselected import WORDS
+
+    assert set(WORDS) == set(BACKENDS)
+    assert [restrict(compile_spec(parse("all")), name).backend for name in BACKENDS] == list(BACKENDS)
