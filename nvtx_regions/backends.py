@@ -100,12 +100,14 @@ def compile(
         from .internals.versions import require_thunder
 
         thunder_module = require_thunder("nvtx_regions.compile(backend='thunder')")
-        from .emission.transform import NvtxProfileTransform
+        from .emission.transform import NvtxProfileTransform, compiled_by
 
         arguments = dict(thunder or {})
         ours = NvtxProfileTransform(select, spec=spec, domain=domain, strict=strict)
         arguments["transforms"] = [*(arguments.get("transforms") or ()), ours]
-        return thunder_module.jit(model, **arguments)
+        jitted = thunder_module.jit(model, **arguments)
+        compiled_by(ours, jitted)  # so that the exit warning can tell thunder's failure from a misplaced transform
+        return jitted
     import torch
 
     from .inductor import NvtxInductor
