@@ -8,7 +8,7 @@ commands of README.md and for ``nvtx-regions profile``.
 The model is the small GPT of `examples/gpt.py` (plain PyTorch). One line,
 `nvtx_regions.compile`, chooses the backend and puts the ranges in; without
 ``--backend`` the backend is the one ``nvtx-regions profile`` asks for, else
-thunder where it is installed, else inductor. `nvtx_regions.steps` puts each
+inductor. `nvtx_regions.steps` puts each
 training step in a range. Prints one line: the number of steps and the last loss.
 """
 
@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--spec", help="a .nvtx file (default: the one nvtx-regions profile passes, else every module)")
-    parser.add_argument("--backend", choices=("eager", "thunder", "inductor"), help="default: as the command asks, else thunder where installed, else inductor")
+    parser.add_argument("--backend", choices=("eager", "thunder", "inductor"), help="default: as the command asks, else inductor")
     parser.add_argument("--layers", type=int, default=2)
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore", UserWarning)  # thunder's and torch's own chatter

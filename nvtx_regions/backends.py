@@ -37,11 +37,9 @@ T = TypeVar("T")
 
 
 def default_backend() -> str:
-    """The backend when neither ``backend=`` nor ``$NVTX_REGIONS_BACKEND`` names one: ``"thunder"``
-    where lightning-thunder is installed, else ``"inductor"`` (``torch.compile``)."""
-    from .internals.versions import thunder_installed
-
-    return "thunder" if thunder_installed() else "inductor"
+    """The backend when neither ``backend=`` nor ``$NVTX_REGIONS_BACKEND`` names one: ``"inductor"``
+    (``torch.compile``), whether or not lightning-thunder is installed; thunder runs only when named."""
+    return "inductor"
 
 
 def _backend(backend: str | None) -> str:
@@ -74,8 +72,8 @@ def compile(
     `select` nor `spec`, the spec is the file in ``$NVTX_REGIONS_SPEC`` when
     set (``nvtx-regions profile`` sets it), else ``each module <**>``.
     backend: ``"eager"``, ``"thunder"`` or ``"inductor"``; None takes
-    ``$NVTX_REGIONS_BACKEND``, else `default_backend()`: ``"thunder"`` where
-    lightning-thunder is installed, else ``"inductor"``. A backend given here that
+    ``$NVTX_REGIONS_BACKEND``, else `default_backend()`: ``"inductor"``, even
+    where lightning-thunder is installed (thunder runs only when named). A backend given here that
     differs from ``$NVTX_REGIONS_BACKEND`` is a `ValueError`: the command's
     run would otherwise measure another backend than it names.
     thunder: keyword arguments of ``thunder.jit`` (its ``transforms`` run
@@ -102,12 +100,14 @@ def compile(
         from .internals.versions import require_thunder
 
         thunder_module = require_thunder("nvtx_regions.compile(backend='thunder')")
-        from .emission.transform import NvtxProfileTransform
+        from .emission.transform import NvtxProfileTransform, compiled_by
 
         arguments = dict(thunder or {})
         ours = NvtxProfileTransform(select, spec=spec, domain=domain, strict=strict)
         arguments["transforms"] = [*(arguments.get("transforms") or ()), ours]
-        return thunder_module.jit(model, **arguments)
+        jitted = thunder_module.jit(model, **arguments)
+        compiled_by(ours, jitted)  # so that the exit warning can tell thunder's failure from a misplaced transform
+        return jitted
     import torch
 
     from .inductor import NvtxInductor

@@ -31,11 +31,11 @@ REPORT_PAGE = ROOT / "docs" / "how-to" / "read-a-report.md"
 PAGES = {"explain": TUTORIAL, "capture": TUTORIAL, "nsys": TUTORIAL, "report": REPORT_PAGE}
 
 COMMANDS = {
-    "explain": ".venv/bin/nvtx-regions explain examples/regions.nvtx --max-ops 1 -- .venv/bin/python examples/train.py --steps 1",
+    "explain": ".venv/bin/nvtx-regions explain examples/regions.nvtx --max-ops 1 -- .venv/bin/python examples/train.py --steps 1 --backend thunder",
     "capture": ".venv/bin/nvtx-regions capture -o timeline.json --summary-by label -- "
-    ".venv/bin/python examples/train.py --steps 2 --spec examples/regions.nvtx",
+    ".venv/bin/python examples/train.py --steps 2 --spec examples/regions.nvtx --backend thunder",
     "nsys": ".venv/bin/nvtx-regions nsys examples/profile_steps.nvtx -- "
-    ".venv/bin/torchrun --nproc_per_node=2 examples/train.py --steps 13 --spec examples/profile_steps.nvtx",
+    ".venv/bin/torchrun --nproc_per_node=2 examples/train.py --steps 13 --spec examples/profile_steps.nvtx --backend thunder",
     "report": ".venv/bin/nvtx-regions report timeline.json",  # the capture's timeline
 }
 REPORT_SHOWN_FROM = "Per rule (NVTX category):"  # the page leaves out the table per range

@@ -74,7 +74,7 @@ def test_capture_of_a_jitted_model_end_to_end(tmp_path):
     out, raw = tmp_path / "timeline.json", tmp_path / "raw"
     result = cli(
         "capture", "-o", str(out), "--raw-dir", str(raw), "--",
-        sys.executable, "examples/train.py", "--steps", "2", "--layers", "1", "--spec", "examples/regions.nvtx",
+        sys.executable, "examples/train.py", "--steps", "2", "--layers", "1", "--spec", "examples/regions.nvtx", "--backend", "thunder",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert "2 steps, loss" in result.stdout  # the command's own output passes through

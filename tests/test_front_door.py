@@ -147,6 +147,66 @@ def test_the_thunder_transform_alone_defaults_to_every_op():
     assert NvtxProfileTransform().spec.rules == parse("all").rules
 
 
+# ------------------------------------------------------------------ a spec without rules
+
+
+def no_rules(where: str, given: str, default: str) -> str:
+    return (
+        f"{where}({given}): the spec has no rules (only blank lines and comments), so it selects nothing, "
+        f"and no range will be emitted; write a rule, or leave select and spec out for the default spec, {default!r}"
+    )
+
+
+@pytest.mark.parametrize(
+    "backend, where, default",
+    [
+        ("eager", "annotate", DEFAULT_SELECT),
+        pytest.param("thunder", "NvtxProfileTransform", "all", marks=pytest.mark.thunder),
+        pytest.param(
+            "inductor", "NvtxInductor", DEFAULT_SELECT,
+            marks=pytest.mark.xfail(strict=True, reason="until nvtx_regions/inductor/backend.py calls given_spec; then remove this mark"),
+        ),
+    ],
+)  # fmt: skip
+def test_a_spec_without_rules_warns_on_every_backend_and_strict_raises(backend, where, default, monkeypatch, tmp_path):
+    """docs/reference/errors.md: a spec with no rules warns, with one text on every backend, through compile()."""
+    monkeypatch.delenv("NVTX_REGIONS_BACKEND", raising=False)
+    comments = tmp_path / "comments.nvtx"
+    comments.write_text("# only a comment\n\n", encoding="utf-8")
+    for given, arguments in (("select=''", {"select": ""}), (f"spec={str(comments)!r}", {"spec": comments})):
+        with pytest.warns(NvtxRegionsWarning) as caught:
+            nvtx_regions.compile(Net(), backend=backend, **arguments)
+        ours = [str(w.message) for w in caught if issubclass(w.category, NvtxRegionsWarning)]
+        assert ours == [no_rules(where, given, default)]
+    with pytest.raises(SelectorError) as raised:
+        nvtx_regions.compile(Net(), "", backend=backend, strict=True)
+    assert str(raised.value) == no_rules(where, "select=''", default)
+
+
+# ------------------------------------------------------------------ no backend
+
+
+@pytest.mark.thunder
+def test_without_a_backend_compile_uses_inductor_even_with_thunder_installed(monkeypatch):
+    """thunder runs only when named: with lightning-thunder installed, compile(model) is torch.compile."""
+    import thunder
+
+    from nvtx_regions import NvtxInductor
+    from nvtx_regions.backends import default_backend
+    from nvtx_regions.internals.versions import thunder_installed
+
+    monkeypatch.delenv("NVTX_REGIONS_BACKEND", raising=False)
+    assert thunder_installed()
+    given = []
+    monkeypatch.setattr(torch, "compile", lambda model, **kwargs: given.append(kwargs) or model)
+    monkeypatch.setattr(thunder, "jit", lambda *args, **kwargs: pytest.fail("thunder.jit was called without backend='thunder'"))
+    model = Net()
+    assert nvtx_regions.compile(model) is model
+    assert default_backend() == "inductor"
+    (kwargs,) = given
+    assert isinstance(kwargs["backend"], NvtxInductor) and kwargs["backend"].spec.rules == parse(DEFAULT_SELECT).rules
+
+
 # ------------------------------------------------------------------ Inductor: the rest runs, the default, explain
 
 
@@ -214,7 +274,7 @@ def test_one_explain_type_for_every_backend(inductor_runs):
     assert [rule.applies for rule in found.rules] == [True, False] and set(found.unsupported) == {1}
     # Another spec against the same graphs.
     other = explain(backend, "each module <hed>")
-    assert other.reasons == {0: "module 'hed' matches nothing in these traces (nearest: head)"}
+    assert other.reasons == {0: "module 'hed' matches nothing in these graphs (nearest: head)"}  # Inductor's words
     with annotate(make_blocks(), "each class <Block>") as handle:
         found = explain(handle)
         assert type(found) is Explanation and str(found) == str(handle.explain())
@@ -248,3 +308,54 @@ def test_inductor_compiles_a_function_and_model_must_be_a_module(nvtx_capture, m
     assert len(pushed) == 1 and "relu" in pushed[0], pushed  # one fused kernel, one range
     with pytest.raises(TypeError, match=r"^NvtxInductor\(model=\.\.\.\) takes the torch\.nn\.Module .* got function\. "):
         NvtxInductor(model=scaled)
+
+
+# ------------------------------------------------------------------ "selected nothing" in each backend's words
+
+
+def test_inductor_says_graphs_and_kernels_and_why_no_kernel_has_a_module(monkeypatch, tmp_path):
+    """A compiled function has no module calls: the reason names Dynamo and the way out, not thunder."""
+    from nvtx_regions import NvtxInductor
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    torch._dynamo.reset()
+    backend = NvtxInductor("each module <*>")
+    compiled = torch.compile(lambda x: torch.relu(x) * 2, backend=backend)
+    with torch.no_grad(), pytest.warns(NvtxRegionsWarning) as caught:
+        compiled(torch.randn(4, 8))
+    (message,) = [str(w.message) for w in caught if issubclass(w.category, NvtxRegionsWarning)]
+    assert message == (
+        "rule 'each module <*>' (<select>:1) selected nothing in the graphs compiled so far; "
+        "Dynamo recorded no module call for the kernels of these graphs (a function was compiled, not a module): "
+        "compile the model itself, with nvtx_regions.compile(model, backend='inductor') or NvtxInductor(model=model)"
+    )
+    assert "thunder" not in message
+
+
+def test_eager_says_module_calls():
+    from nvtx_regions import annotate, explain
+
+    with annotate(Net()) as handle:
+        assert explain(handle, "each module <encodr>").reasons == {
+            0: "module 'encodr' matches nothing in the model's module calls (nearest: encoder)"
+        }
+
+
+@pytest.mark.thunder
+def test_thunder_says_traces():
+    import thunder
+
+    from nvtx_regions import NvtxProfileTransform, explain
+
+    jitted = thunder.jit(Net(), transforms=[NvtxProfileTransform("each module <*>")])
+    jitted(torch.randn(2, 8))
+    assert explain(jitted, "each module <encodr>").reasons == {
+        0: "module 'encodr' matches nothing in these traces (nearest: encoder)"
+    }
+
+
+def test_one_row_of_words_per_backend():
+    from nvtx_regions.selection.unselected import WORDS
+
+    assert set(WORDS) == set(BACKENDS)
+    assert [restrict(compile_spec(parse("all")), name).backend for name in BACKENDS] == list(BACKENDS)

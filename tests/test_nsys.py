@@ -130,9 +130,33 @@ def test_cli_prints_the_command_for_a_spec_file():
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
+    # The spec travels with the command (env works in every shell), for a script that calls compile(model) without one.
+    assert "\n# NVTX_REGIONS_SPEC=examples/profile_steps.nvtx: nvtx_regions.compile(model) without a spec takes this file" in result.stdout
+    assert "\nenv NVTX_REGIONS_SPEC=examples/profile_steps.nvtx nsys profile \\\n" in result.stdout
     assert result.stdout.rstrip().endswith(
         "nsys profile \\\n    --trace=cuda,nvtx \\\n    --nvtx-domain-include=nvtx_regions \\\n"
         "    --sample=none \\\n    --cpuctxsw=none \\\n"
         "    --capture-range=nvtx \\\n    --nvtx-capture=block0@nvtx_regions \\\n"
         "    --capture-range-end=repeat-shutdown:3 \\\n    --output=nvtx_regions_report \\\n    python examples/train.py"
     )
+
+
+def test_the_spec_file_goes_before_torchrun_too(torchrun_on_path):
+    command = nsys_command(parse("each module <*>"), [str(torchrun_on_path), "--nproc_per_node=2", "t.py"], spec_path="a b.nvtx")
+    assert command.argv[:3] == ("env", "NVTX_REGIONS_SPEC=a b.nvtx", str(torchrun_on_path))
+    assert command.shell().startswith("env 'NVTX_REGIONS_SPEC=a b.nvtx' ")
+    assert nsys_command(parse("each module <*>"), ["python", "t.py"]).argv[0] == "nsys"  # no file, nothing to carry
+
+
+def test_the_exit_status_and_the_reports_the_command_promises(tmp_path, torchrun_on_path):
+    from nvtx_regions.commands.nsys import report_files
+
+    shutdown = nsys_command(parse(f"ffn: {REGION} and forward and steps 1..2"), ["python", "t.py"], output=str(tmp_path / "r"))
+    assert (shutdown.status(143), shutdown.status(1)) == (0, 1)
+    assert nsys_command(parse("each module <*>"), ["python", "t.py"]).status(143) == 143
+    for name in ("r.nsys-rep", "r.1.nsys-rep", "r.rank0.nsys-rep", "r.rank1.2.nsys-rep", "rr.nsys-rep", "r.sqlite"):
+        (tmp_path / name).touch()
+    assert report_files(str(tmp_path / "r"), torchrun=False) == [str(tmp_path / n) for n in ("r.1.nsys-rep", "r.nsys-rep")]
+    assert report_files(str(tmp_path / "r"), torchrun=True) == [str(tmp_path / n) for n in ("r.rank0.nsys-rep", "r.rank1.2.nsys-rep")]
+    assert report_files(str(tmp_path / "r"), torchrun=True, rank=1) == [str(tmp_path / "r.rank1.2.nsys-rep")]
+    assert report_files(str(tmp_path / "missing" / "r"), torchrun=False) == []

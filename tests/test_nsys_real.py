@@ -416,6 +416,41 @@ def test_eager_ranges_visible(tmp_path):
     assert {r.domain for r in seen} == {"nvtx_regions"}
 
 
+# ------------------------------------------------------------------ nvtx-regions nsys --run: the spec carried, nothing not silent
+
+NO_SPEC = """
+import torch, nvtx_regions
+model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+compiled = nvtx_regions.compile(model, backend="eager")  # no spec: the command's, from NVTX_REGIONS_SPEC
+for _ in range(2):
+    compiled(torch.randn(2, 4)).sum().backward()
+"""
+
+
+def test_the_command_carries_the_spec_to_a_script_that_gives_none(tmp_path):
+    """`each module <0>`, not compile()'s default `each module <**>` (which would give module 1 too)."""
+    spec = spec_file(tmp_path, "each module <0>")
+    script = tmp_path / "no_spec.py"
+    script.write_text(NO_SPEC, encoding="utf-8")
+    done = run([PYTHON, "-m", "nvtx_regions", "nsys", str(spec), "--run", "-o", str(tmp_path / "carried"), "--", PYTHON, str(script)])
+    assert done.returncode == 0, done.output[-3000:]
+    assert f"env NVTX_REGIONS_SPEC={spec} nsys profile" in done.output
+    seen = nsys_ranges(export(tmp_path / "carried.nsys-rep"))
+    assert [r.message for r in seen] == ["0", "0 (backward)"] * 2
+    assert {r.domain for r in seen} == {"nvtx_regions"}
+
+
+def test_a_run_that_collects_no_range_of_the_spec_fails_and_says_so(tmp_path):
+    spec = spec_file(tmp_path, "each module <0>")
+    done = run([PYTHON, "-m", "nvtx_regions", "nsys", str(spec), "--run", "-o", str(tmp_path / "none"), "--", PYTHON, "-c", "pass"])
+    assert done.returncode == 1, done.output[-3000:]
+    assert (tmp_path / "none.nsys-rep").exists()  # nsys itself ran and wrote its report
+    assert (
+        f"nvtx-regions nsys: {tmp_path / 'none.nsys-rep'} hold no NVTX range of the spec in domain 'nvtx_regions': "
+        "the command emitted none. Does the script call nvtx_regions.compile(model)"
+    ) in done.output
+
+
 @pytest.mark.thunder
 def test_region_in_both_traces_collects_each_step_twice(tmp_path):
     # No `and forward`/`and backward`: the region is in the forward and the backward trace,

@@ -157,10 +157,3 @@ def test_what_needs_thunder_says_how_to_install_it(tmp_path):
     for line in lines.values():
         assert line.endswith("Eager and Inductor need no thunder: backend='eager' or backend='inductor'")
     assert len(log.read_text().splitlines()) == 3  # each attempt tried once, and said so
-
-
-def test_the_default_backend_is_thunder_where_installed_else_inductor():
-    from nvtx_regions.backends import default_backend
-    from nvtx_regions.internals.versions import installed_version
-
-    assert default_backend() == ("thunder" if installed_version("lightning-thunder") else "inductor")

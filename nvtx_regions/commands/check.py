@@ -14,7 +14,7 @@ import argparse
 import sys
 
 from ..core.errors import SelectorError
-from ..language.parse import load, parse_bytes
+from ..language.parse import NO_RULES, load, parse_bytes
 from ..language.tree import render
 from ..selection.compile import compile_spec
 from .status import OK, PROBLEM_FOUND, USAGE_ERROR, UsageError
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
             spec_errors = True
             continue
         if not spec.rules:
-            print(f"{spec.filename}: no rules (only blank lines and comments), so it selects nothing", file=sys.stderr)
+            print(f"{spec.filename}: {NO_RULES}", file=sys.stderr)
             no_rules = True
             continue
         for rule in spec.rules:

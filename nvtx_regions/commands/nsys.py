@@ -3,6 +3,7 @@
     nvtx-regions nsys examples/regions.nvtx -- python train.py
     nvtx-regions nsys steps.nvtx --domain my_model -- torchrun --nproc_per_node=2 train.py
     nvtx-regions nsys steps.nvtx --domain default -- python train.py     # a transform with domain=None
+    nvtx-regions nsys blocks.nvtx --run -- python train.py               # run it here too, and check the report
 
 `nsys_command` looks only at what a spec emits at run time: the NVTX
 domain, each rule's label, whether a rule is a bare region (one range per
@@ -21,7 +22,14 @@ need no change here. The command:
   rank runs to its end instead (ending one rank would make torchrun fail the
   job and stop the other ranks' nsys mid-collection);
 - under torchrun, runs nsys inside each worker (``torchrun --no-python nsys
-  profile ...``) with the rank in the report name: one report per rank.
+  profile ...``) with the rank in the report name: one report per rank;
+- starts with ``env NVTX_REGIONS_SPEC=SPEC`` where the spec is a file, so that
+  a script calling ``nvtx_regions.compile(model)`` without a spec runs this
+  one, as under ``nvtx-regions profile``.
+
+With ``--run`` the command also runs here (`run_nsys`), and a run whose
+reports hold no range of the spec exits 1 and says so: nsys itself exits 0
+when it collected nothing.
 
 Every flag name and value comes from the Nsight Systems User Guide, section
 "CLI Profile Command Switch Options" (docs.nvidia.com/nsight-systems/UserGuide),
@@ -41,20 +49,24 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..core.naming import DEFAULT_DOMAIN
+from pathlib import Path
+from typing import Any
+
+from ..core.naming import ANY_DOMAIN, DEFAULT_DOMAIN
+from ..core.profiling import ENV_SPEC, step_number
 from ..language.tree import Spec, render
 from ..selection.compile import CompiledRule, EachMarkerRule, RegionRule, compile_spec
-from .domain import DEFAULT_DOMAIN_WORD, add_domain_option
-from .status import OK, UsageError
+from .domain import DEFAULT_DOMAIN_WORD, add_domain_option, domain_word
+from .status import OK, PROBLEM_FOUND, UsageError, child_status
 
 __all__ = [
-    "HELP", "DESCRIPTION", "USAGE", "EXAMPLE", "Flag", "NsysCommand", "add_arguments", "nsys_command", "run",
-    "split_torchrun",
+    "HELP", "DESCRIPTION", "USAGE", "EXAMPLE", "Flag", "NsysCommand", "add_arguments", "nsys_command", "report_files",
+    "run", "run_nsys", "split_torchrun",
 ]  # fmt: skip
 
 HELP = "print the nsys profile command line that fits a spec"
 DESCRIPTION = "Print the nsys profile command line that records what SPEC selects."
-USAGE = "nvtx-regions nsys SPEC [--domain NAME] [-o REPORT] -- COMMAND..."
+USAGE = "nvtx-regions nsys SPEC [--domain NAME] [-o REPORT] [--run] -- COMMAND..."
 EXAMPLE = "nvtx-regions nsys examples/regions.nvtx -- python train.py"
 
 GUIDE = "Nsight Systems User Guide, CLI Profile Command Switch Options"
@@ -73,11 +85,25 @@ class Flag:
 
 @dataclass(frozen=True)
 class NsysCommand:
-    """The command: `argv` to run; `str()` gives commented, copy-pasteable shell text."""
+    """The command: `argv` to run; `str()` gives commented, copy-pasteable shell text.
+
+    output: the report name given to ``--output`` (before nsys's ``%q{RANK}`` and numbering);
+    domain: the NVTX domain the reports keep (`ANY_DOMAIN` where the spec re-emits your markers);
+    torchrun: whether nsys runs inside each torchrun worker.
+    """
 
     argv: tuple[str, ...]
     flags: tuple[Flag, ...]
     notes: tuple[str, ...] = ()
+    output: str = "nvtx_regions_report"
+    domain: Any = ANY_DOMAIN
+    torchrun: bool = False
+
+    def status(self, returncode: int) -> int:
+        """The run's exit status as this command promises it: 0 for the SIGTERM (143) with which nsys
+        ends the script after the last collection of ``--capture-range-end=repeat-shutdown:N``."""
+        shutdown = any(f.text.startswith("--capture-range-end=repeat-shutdown") for f in self.flags)
+        return 0 if returncode == 143 and shutdown else returncode
 
     def shell(self) -> str:
         """The command on one line, quoted for a POSIX shell."""
@@ -87,6 +113,8 @@ class NsysCommand:
         out = [f"# {f.text}: {f.why} [{f.source}]" for f in self.flags]
         out += [f"# note: {n}" for n in self.notes]
         flags = {f.text for f in self.flags}
+        if self.argv[0] == "env":
+            out.append(f"# {self.argv[1]}: {ENV_NOTE}")
         last_flag = max(i for i, word in enumerate(self.argv) if word in flags)
         lines, current = [], []
         for i, word in enumerate(self.argv):
@@ -98,6 +126,11 @@ class NsysCommand:
         out.append(" \\\n    ".join(lines))
         return "\n".join(out)
 
+
+ENV_NOTE = (
+    "nvtx_regions.compile(model) without a spec takes this file, as under nvtx-regions profile "
+    "(a relative path is read from the folder the script runs in)"
+)
 
 # CPU sampling and thread-switch tracing are off. With them on, nsys 2022.4.2
 # (on Linux 6.18) hangs at the end of a collection: its agent's sampling thread
@@ -222,13 +255,16 @@ def nsys_command(
     *,
     domain: str | None = DEFAULT_DOMAIN,
     output: str = "nvtx_regions_report",
+    spec_path: str | os.PathLike[str] | None = None,
 ) -> NsysCommand:
     """The ``nsys profile`` command that records what `spec` selects when `command` runs.
 
     domain: the NVTX domain of the spec's `NvtxProfileTransform` (None: the
     default domain). output: the report name (under torchrun, ``.rank<RANK>``
-    is appended through nsys's ``%q{RANK}``). Raises `SelectorError` for a spec
-    that does not compile.
+    is appended through nsys's ``%q{RANK}``). spec_path: the spec's file; the
+    command then starts with ``env NVTX_REGIONS_SPEC=spec_path``, so that a
+    script calling ``nvtx_regions.compile(model)`` without a spec runs this one.
+    Raises `SelectorError` for a spec that does not compile.
     """
     compiled = compile_spec(spec)
     flags = [
@@ -329,18 +365,70 @@ def nsys_command(
         notes.append("torchrun --no-python runs nsys as each worker's program, so every rank has its own nsys")
     else:
         argv = [*nsys, *command]
-    return NsysCommand(tuple(argv), tuple(flags), tuple(notes))
+    if spec_path is not None:
+        # `env NAME=VALUE command` rather than the shell's `NAME=VALUE command` (sh-only: fish and csh
+        # reject it) or nsys's --env-var (which splits its value at commas): a user copies the command
+        # to the GPU machine's shell, whichever it is. torchrun hands its environment to its workers.
+        # The path stays as given, as the command's own paths do, so the command runs from that folder on any machine.
+        argv = ["env", f"{ENV_SPEC}={os.fspath(spec_path)}", *argv]
+    kept = ANY_DOMAIN if markers else domain
+    return NsysCommand(tuple(argv), tuple(flags), tuple(notes), output, kept, torchrun is not None)
+
+
+def report_files(output: str, *, torchrun: bool, rank: int | None = None) -> list[str]:
+    """The reports an nsys command with ``--output=output`` wrote: ``output[.rankR][.N].nsys-rep``
+    (N: one per collection; R: `rank`, or every rank when None)."""
+    folder, name = Path(output).parent, Path(output).name
+    ranks = "" if not torchrun else r"\.rank\d+" if rank is None else re.escape(f".rank{rank}")
+    pattern = re.compile(rf"{re.escape(name)}{ranks}(\.\d+)?\.nsys-rep")
+    return sorted(str(path) for path in folder.iterdir() if pattern.fullmatch(path.name)) if folder.is_dir() else []
+
+
+def run_nsys(command: NsysCommand) -> int:
+    """Run `command` here, then read its reports: its exit status (`NsysCommand.status`), or
+    `PROBLEM_FOUND` with a message on stderr when it wrote no report or its reports hold no range
+    of the spec (step ranges of `nvtx_regions.steps` do not count): nsys exits 0 either way."""
+    import sys
+
+    from ..report.reader import read_ranges
+    from .child import ended, run_child
+
+    returncode = command.status(run_child(list(command.argv), dict(os.environ)))
+    if returncode != 0:
+        program = command.argv[2] if command.argv[0] == "env" else command.argv[0]
+        print(f"nvtx-regions nsys: {ended(program, returncode)}", file=sys.stderr)
+        return child_status(returncode)
+    paths = report_files(command.output, torchrun=command.torchrun)
+    if not paths:
+        print(f"nvtx-regions nsys: nsys wrote no report {command.output}*.nsys-rep", file=sys.stderr)
+        return PROBLEM_FOUND
+    ranges = read_ranges(paths, domain=command.domain)
+    if not any(step_number(record.message) is None for record in ranges.records):
+        where = "" if command.domain is ANY_DOMAIN else f" in domain {domain_word(command.domain)!r}"
+        print(
+            f"nvtx-regions nsys: {', '.join(paths)} hold no NVTX range of the spec{where}: the command emitted none. "
+            f"Does the script call nvtx_regions.compile(model) (which takes the spec from ${ENV_SPEC}), "
+            "or give its own annotate/transform/backend this spec and domain?",
+            file=sys.stderr,
+        )
+        return PROBLEM_FOUND
+    return OK
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spec", help="a .nvtx spec file")
     add_domain_option(parser, f"the transform's NVTX domain (default {DEFAULT_DOMAIN})", default=DEFAULT_DOMAIN)
     parser.add_argument("-o", "--output", default="nvtx_regions_report", help="report name (default nvtx_regions_report)")
+    parser.add_argument(
+        "--run", action="store_true", dest="run_here",
+        help="also run the command here; exit 1 when its reports hold no range of the spec (nsys exits 0 then)",
+    )  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
     """``nvtx-regions nsys``: `args.command` is the command after ``--``."""
     from ..language.parse import load
 
-    print(nsys_command(load(args.spec), args.command, domain=args.domain, output=args.output))
-    return OK
+    command = nsys_command(load(args.spec), args.command, domain=args.domain, output=args.output, spec_path=args.spec)
+    print(command, flush=True)
+    return run_nsys(command) if args.run_here else OK

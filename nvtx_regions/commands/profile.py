@@ -40,7 +40,6 @@ import argparse
 import contextlib
 import importlib.util
 import os
-import re
 import shlex
 import shutil
 import sys
@@ -171,13 +170,6 @@ def _tail(path: Path) -> str:
     return "\n".join(f"    {line}" for line in tail) if tail else "    (its stderr was empty)"
 
 
-def _nsys_reports(folder: Path, torchrun: bool, rank: int) -> list[str]:
-    """The reports of one rank: ``report[.rankR][.N].nsys-rep`` (N: one per collection)."""
-    stem = re.escape(f"report.rank{rank}" if torchrun else "report")
-    pattern = re.compile(rf"{stem}(\.\d+)?\.nsys-rep")
-    return sorted(str(path) for path in folder.iterdir() if pattern.fullmatch(path.name))
-
-
 def choose_tool(asked: str) -> str:
     """``nsys`` or ``capture``: `asked`, or for ``auto`` nsys when it is on PATH; `UsageError` for a missing nsys."""
     found = shutil.which("nsys") is not None
@@ -208,7 +200,7 @@ def _run_backend(backend: str, args: argparse.Namespace, command: list[str], fol
     domain = args.domain
     if use_nsys:
         from .child import run_child
-        from .nsys import nsys_command, split_torchrun
+        from .nsys import nsys_command, report_files
 
         profile = nsys_command(load(args.spec), command, domain=domain, output=str(folder / "report"))
         for attempt in (1, 2):
@@ -218,9 +210,8 @@ def _run_backend(backend: str, args: argparse.Namespace, command: list[str], fol
             if attempt == 2 or not _nsys_did_not_start(returncode, time.monotonic() - started, folder / STDERR):
                 break
             print("nvtx-regions profile: nsys did not start (\"End of file\"); trying once more", flush=True)
-        if returncode == 143 and any(f.text.startswith("--capture-range-end=repeat-shutdown") for f in profile.flags):
-            returncode = 0  # as the nsys command says: nsys ends the script after the last collection
-        paths = _nsys_reports(folder, split_torchrun(command) is not None, args.rank)
+        returncode = profile.status(returncode)
+        paths = report_files(profile.output, torchrun=profile.torchrun, rank=args.rank)
     else:
         with _tee_stderr(folder / STDERR):
             returncode, paths = _run_captured(command, env, folder)

@@ -58,7 +58,7 @@ from ..internals.autograd import autograd_internals, full_backward_hook_flag, re
 from ..core.globs import name_matcher, path_matcher
 from ..core.naming import DEFAULT_DOMAIN, module_call_name, range_message, rule_category, rule_color
 from ..core.profiling import DEFAULT_SELECT
-from ..language.parse import parse, spec_from_arguments
+from ..language.parse import given_spec, spec_from_arguments
 from ..language.tree import EachClass, EachModule, conjuncts
 from ..selection.compile import CompiledRule, CompiledSpec, EachRule, compile_spec
 from ..selection.explanation import Explanation, explain_views
@@ -377,5 +377,5 @@ def annotate(
         raise TypeError(f"domain= takes a str or None, not {type(domain).__name__}")
     if not hasattr(model, "named_modules") or not hasattr(model, "register_forward_pre_hook"):
         raise TypeError(f"annotate() takes a torch.nn.Module, not {type(model).__name__}")
-    parsed = spec_from_arguments(select, spec) or parse(DEFAULT_SELECT)
+    parsed = given_spec(select, spec, default=DEFAULT_SELECT, where="annotate", strict=bool(strict), stacklevel=2)
     return EagerAnnotation(model, compile_spec(parsed), domain, strict=bool(strict))

@@ -33,12 +33,13 @@ from ..internals.frames import ignored_jit_keyword
 from ..attribution.recording import install_module_recorder
 from ..attribution.traceview import TraceView, one_line
 from ..core.calls import chain_message
-from ..core.errors import NvtxRegionsWarning, SelectorError
+from ..core.errors import NvtxRegionsWarning
 from ..core.naming import DEFAULT_DOMAIN
-from ..language.parse import parse, spec_from_arguments
+from ..language.parse import given_spec
 from ..language.tree import Spec, render
 from ..selection.compile import CompiledSpec, compile_spec
 from ..selection.plan import Plan, make_plan
+from ..selection.support import restrict
 from .nothing_selected import NothingSelectedCheck
 from .rewrite import annotate_trace
 from ..runtime.clock import watch_step_gates
@@ -46,7 +47,7 @@ from ..runtime.domain import Domain
 
 MESSAGE_STYLES = ("python", "module")
 
-__all__ = ["NvtxProfileTransform", "TraceReport"]
+__all__ = ["NvtxProfileTransform", "TraceReport", "compiled_by"]
 
 # Memory stays bounded however often thunder recompiles: a transform keeps the
 # reports of its latest traces; counts of ranges cover every trace.
@@ -122,16 +123,8 @@ class NvtxProfileTransform(Transform):
         self.spec_path = None if spec is None else os.fspath(spec)
         self.domain_name = domain
         self.strict = bool(strict)
-        self._setup(spec_from_arguments(select, self.spec_path) or parse("all"))
-        if not self.spec.rules:
-            given = f"spec={self.spec_path!r}" if select is None else f"select={select!r}"
-            message = (
-                f"NvtxProfileTransform({given}): the spec has no rules, so no range will be emitted; "
-                "write 'all' for a range per op, or leave the transform out to profile nothing"
-            )
-            if self.strict:
-                raise SelectorError(message)
-            warnings.warn(message, NvtxRegionsWarning, stacklevel=2)
+        # Without a spec: `all`, a range per op, as thunder's own NVTX transform gives.
+        self._setup(given_spec(select, self.spec_path, default="all", where="NvtxProfileTransform", strict=self.strict, stacklevel=2))
 
     def _setup(self, spec: Spec) -> None:
         """Compile `spec` and start with no traces seen (from `__init__` and from a copy)."""
@@ -139,7 +132,7 @@ class NvtxProfileTransform(Transform):
         # which starts after this (or after unpickling): record them from now on.
         install_module_recorder()
         self.spec: Spec = spec
-        self.compiled: CompiledSpec = compile_spec(spec)
+        self.compiled: CompiledSpec = restrict(compile_spec(spec), "thunder")
         watch_step_gates(self.compiled.rules)
         text = render(self.spec).replace("\n", "; ")
         if len(text) > 200:
@@ -166,6 +159,9 @@ class NvtxProfileTransform(Transform):
             self._nothing_selected.strict = self._strict
 
     # -- copies are configuration ---------------------------------------------
+
+    # What nvtx_regions.compile's thunder.jit returned with this transform in it (`compiled_by`); None otherwise.
+    _compiled_into: "weakref.ref[Any] | None" = None
 
     def __getstate__(self) -> dict[str, Any]:
         """A copy or pickle holds the configuration only: the parsed spec (a spec
@@ -283,6 +279,45 @@ def _warn_left_open(markers: tuple[Any, ...], plan: Plan) -> None:
 _created: "weakref.WeakSet[NvtxProfileTransform]" = weakref.WeakSet()
 
 
+def compiled_by(transform: NvtxProfileTransform, jitted: Any) -> None:
+    """Note that `nvtx_regions.compile` put `transform` in ``thunder.jit(model, transforms=)``, which
+    returned `jitted`: at exit, a transform that got no trace is then told apart as a model never
+    called or one thunder failed to compile, not a transform passed in the wrong place."""
+    transform._compiled_into = weakref.ref(jitted)
+
+
+# The way out when thunder cannot compile a model: the same ranges from another backend.
+OTHER_BACKEND = "nvtx_regions.compile(model, backend='inductor') gives the same module ranges under torch.compile"
+
+
+def _compile_outcome(transform: NvtxProfileTransform) -> str:
+    """Why a transform of `nvtx_regions.compile` got no trace, from thunder's count of compilations
+    begun (``thunder.cache_misses``: counted before tracing, so a count above 0 with no trace here
+    means that every compilation raised before our transform ran)."""
+    jitted = transform._compiled_into() if transform._compiled_into is not None else None
+    try:
+        import thunder
+
+        begun = None if jitted is None else thunder.cache_misses(jitted)
+    except AttributeError:  # no compile statistics: cannot tell
+        begun = None
+    ours = f"{transform!r} (made by nvtx_regions.compile(backend='thunder'))"
+    if begun == 0:
+        return (
+            f"{ours} got no trace: the model that compile() returned was never called, so no NVTX range was emitted; "
+            "call what compile() returns"
+        )
+    if begun:
+        return (
+            f"thunder failed to compile the model ({begun} attempt{'s' * (begun != 1)}, each raising its error at the call), "
+            f"so {ours} got no trace and no NVTX range was emitted: thunder's failure, not the spec's; {OTHER_BACKEND}"
+        )
+    return (
+        f"{ours} got no trace, so no NVTX range was emitted: the model that compile() returned was never called "
+        f"(call what compile() returns), or thunder failed to compile it (its error was raised at the call; {OTHER_BACKEND})"
+    )
+
+
 def _warn_never_called() -> None:
     """At exit: warn once about transforms that are alive and were never handed a trace.
 
@@ -290,10 +325,19 @@ def _warn_never_called() -> None:
     was dropped with its jitted function) and is not reported. A copy, or one
     whose configuration was copied or pickled, is reported only when it sits
     in a thunder.jit keyword that thunder ignores: another copy may have done the work.
+    A transform that `nvtx_regions.compile` attached is reported on its own, with
+    why it got no trace (`_compile_outcome`): there, where it sits is right.
     """
     described = []
     for transform in list(_created):
         if transform._traces_seen:
+            continue
+        if transform._compiled_into is not None:
+            warnings.warn(
+                _compile_outcome(transform),
+                NvtxRegionsWarning,
+                stacklevel=1,
+            )
             continue
         attached = ignored_jit_keyword(transform)
         if attached:

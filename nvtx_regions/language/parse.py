@@ -1,4 +1,5 @@
-"""Spec text to spec tree: `parse` (text), `load` (a ``.nvtx`` file), `spec_from_arguments` (both, as a transform takes them).
+"""Spec text to spec tree: `parse` (text), `load` (a ``.nvtx`` file), `spec_from_arguments` (both, as a transform
+takes them), `given_spec` (those or a backend's default, with the one warning for a spec without rules).
 
 Every error in a spec's text is raised here, as `SelectorSyntaxError`, with the
 file, line, column and the line as written; `syntax_messages` words it. The
@@ -13,13 +14,14 @@ import json
 import os
 import re
 import threading
+import warnings
 from pathlib import Path
 from typing import Iterator
 
 import lark
 from lark import Token, Transformer, v_args
 
-from ..core.errors import SelectorError
+from ..core.errors import NvtxRegionsWarning, SelectorError
 from .grammar import grammar_resource, grammar_text
 from .syntax_messages import SpecTextError, describe_char, syntax_error_at, syntax_error_for
 from .tree import (
@@ -50,7 +52,7 @@ from .tree import (
     depth,
 )
 
-__all__ = ["parse", "parse_bytes", "load", "spec_from_arguments", "MAX_NESTING", "grammar_text", "grammar_resource"]
+__all__ = ["parse", "parse_bytes", "load", "spec_from_arguments", "given_spec", "NO_RULES", "MAX_NESTING", "grammar_text", "grammar_resource"]
 
 # How many levels deep a rule may nest (`tree.depth`). The passes over the tree
 # recurse (render takes about three Python frames a level); under pytest and a
@@ -372,3 +374,36 @@ def spec_from_arguments(select: str | None, spec: str | os.PathLike[str] | None)
     if select is not None:
         rules += parse(select).rules
     return Spec(rules, filename=filename)
+
+
+# What a spec without rules is, in every message that says so (`given_spec`, ``nvtx-regions check``).
+NO_RULES = "no rules (only blank lines and comments), so it selects nothing"
+
+
+def given_spec(
+    select: str | None, spec: str | os.PathLike[str] | None, *, default: str, where: str, strict: bool, stacklevel: int = 1
+) -> Spec:
+    """The spec of `select` and/or `spec` (`spec_from_arguments`); with neither, `default` parsed.
+
+    A spec given with no rules (blank lines and comments only) emits no range. Every backend's entry
+    point (`annotate`, `NvtxProfileTransform`, `NvtxInductor`; `nvtx_regions.compile` through them)
+    calls this, so that such a spec gives one `NvtxRegionsWarning` with one text on every backend,
+    naming `where` (the entry point), what was given, and the way out; `strict=True` raises
+    `SelectorError` with that text instead. `stacklevel` counts from the caller of this function,
+    as for `warnings.warn`.
+    """
+    given = spec_from_arguments(select, spec)
+    if given is None:
+        return parse(default)
+    if not given.rules:
+        named = ", ".join(
+            f"{name}={value!r}" for name, value in (("select", select), ("spec", spec and os.fspath(spec))) if value is not None
+        )
+        message = (
+            f"{where}({named}): the spec has {NO_RULES}, and no range will be emitted; "
+            f"write a rule, or leave select and spec out for the default spec, {default!r}"
+        )
+        if strict:
+            raise SelectorError(message)
+        warnings.warn(message, NvtxRegionsWarning, stacklevel=stacklevel + 1)
+    return given

@@ -23,6 +23,7 @@ from ..internals.versions import require_thunder
 from ..language.parse import spec_from_arguments
 from ..language.tree import Spec
 from ..selection.compile import compile_spec
+from ..selection.support import restrict
 from ..selection.explanation import Explanation, Program, RuleInTrace, explain_views
 
 __all__ = ["explain", "Explanation", "Program", "RuleInTrace"]
@@ -87,7 +88,7 @@ def explain(
     if isinstance(target, (NvtxInductor, EagerAnnotation)):
         return target.explain(select, spec=spec, max_ops=max_ops)
     traces = _traces_of(target)
-    compiled = compile_spec(_spec_of(target, select, spec))
+    compiled = restrict(compile_spec(_spec_of(target, select, spec)), "thunder")
     views: list[TraceView] = []
     for trace in traces:
         view = TraceView.from_trace(trace)

@@ -216,6 +216,7 @@ class EachMarkerRule(CompiledRule):
 class CompiledSpec:
     rules: tuple[CompiledRule, ...]
     spec: Spec
+    backend: str | None = None  # the backend it is compiled for (`support.restrict`); None: none yet
 
 
 class _Part(Visitor):

@@ -163,14 +163,15 @@ class UnsupportedRule(CompiledRule):
 
 
 def restrict(compiled: CompiledSpec, backend: str) -> CompiledSpec:
-    """`compiled` with each rule `backend` cannot express replaced by an `UnsupportedRule` (same number)."""
+    """`compiled` for `backend`: each rule it cannot express replaced by an `UnsupportedRule` (same
+    number), and `backend` recorded, so that messages about it speak the backend's words."""
     if backend not in BACKEND_NAMES:
         raise ValueError(f"{backend!r} is not a backend; choose one of {', '.join(BACKENDS)}")
     rules = []
     for rule in compiled.rules:
         why = why_not(rule, backend)
         rules.append(rule if why is None else UnsupportedRule(rule.rule, rule.number, rule.gate, rule.filename, backend, why, rule))
-    return replace(compiled, rules=tuple(rules))
+    return replace(compiled, rules=tuple(rules), backend=backend)
 
 
 def report_unsupported(compiled: CompiledSpec, *, strict: bool, stacklevel: int) -> list[str]:

@@ -4,6 +4,8 @@ A `RuleTally` gathers the plans of some traces (one compilation: a forward
 trace and its backward, if one follows; or, under ThunderFX, every subgraph
 seen so far) and reports each rule that produced no range, naming the rule
 and, for names that are in none of those traces, the nearest names that are.
+Each message speaks the words of the backend the spec was compiled for
+(`CompiledSpec.backend`): one row of `WORDS` per backend.
 """
 
 from __future__ import annotations
@@ -22,7 +24,40 @@ from ..language.tree import (
 )  # fmt: skip
 from .markers import crossing_fusions
 
-__all__ = ["RuleTally", "op_hint", "report_unselected", "nearest"]
+__all__ = ["RuleTally", "Words", "WORDS", "op_hint", "report_unselected", "nearest"]
+
+
+@dataclass(frozen=True)
+class Words:
+    """How one backend's messages name what selection looked at."""
+
+    within: str  # where a name was looked for: "in these traces"
+    op: str  # one selectable unit: "op"
+    no_module: str  # why no unit has a module, and the way out
+    op_hints: bool  # whether thunder's op names (`op_hint`) apply
+
+
+WORDS = {
+    "thunder": Words(
+        "in these traces", "op",
+        "no op of these traces has a module: nvtx_regions records modules while thunder traces, "
+        "so create the NvtxProfileTransform before thunder.jit or its first call",
+        op_hints=True,
+    ),
+    "inductor": Words(
+        "in these graphs", "kernel",
+        "Dynamo recorded no module call for the kernels of these graphs (a function was compiled, not a module): "
+        "compile the model itself, with nvtx_regions.compile(model, backend='inductor') or NvtxInductor(model=model)",
+        op_hints=False,
+    ),
+    "eager": Words(
+        "in the model's module calls", "module call",
+        "the model called no submodule: eager ranges are per module call, so give the model's own modules",
+        op_hints=False,
+    ),
+}  # fmt: skip
+# A spec compiled for no backend (`compile_spec` alone) is the whole language, thunder's.
+_UNRESTRICTED = "thunder"
 
 # Ops that thunder decomposes before the trace a transform sees (when
 # gradients are needed), so that their name is in no trace: name -> the ops
@@ -116,16 +151,18 @@ class RuleTally:
         report_unselected(problems, strict=strict, stacklevel=4)
 
     def reason(self, rule: CompiledRule) -> str:
-        """Why `rule` may have selected nothing: its names that are in none of the traces."""
-        why = _WhyNothing(self.views)
+        """Why `rule` may have selected nothing: its names that are in none of the traces, in the
+        words of the backend the spec was compiled for."""
+        why = _WhyNothing(self.views, WORDS[self.spec.backend or _UNRESTRICTED])
         return "; ".join(note for part in walk(rule.rule.expr) for note in why.visit(part))
 
 
 class _WhyNothing(Visitor):
     """Per node of a rule: the names it uses that are in none of `views`, and what to write instead."""
 
-    def __init__(self, views: list[View]) -> None:
+    def __init__(self, views: list[View], words: Words) -> None:
         self.views = views
+        self.words = words
         self.op_names = sorted({op.name for view in views for op in view.ops})
 
     def _nothing(self, part: object) -> list[str]:
@@ -140,18 +177,18 @@ class _WhyNothing(Visitor):
         if any(view.region_start(part.name) is not None or view.region_end(part.name) is not None for view in self.views):
             return []
         candidates = sorted({n for view in self.views for n in view.proxy_names})
-        return [_missing(f"proxy {part.name!r}", part.name, candidates, verb="is produced by no compute op and is no argument")]
+        return [self._missing(f"proxy {part.name!r}", part.name, candidates, verb="is produced by no compute op and is no argument")]
 
     def visit_OpIn(self, part: OpIn) -> list[str]:
         return [
-            _missing(f"op {glob!r}", glob, self.op_names) + op_hint(glob, self.op_names)
+            self._missing(f"op {glob!r}", glob, self.op_names) + (op_hint(glob, self.op_names) if self.words.op_hints else "")
             for glob in part.globs
             if not any(map(name_matcher((glob,)), self.op_names))
         ]
 
     def visit_Reads(self, part: Reads) -> list[str]:
         names = sorted({n for view in self.views for n in view.by_read})
-        return [_missing(f"read {glob!r}", glob, names) for glob in part.globs if not any(map(name_matcher((glob,)), names))]
+        return [self._missing(f"read {glob!r}", glob, names) for glob in part.globs if not any(map(name_matcher((glob,)), names))]
 
     def visit_Source(self, part: Source) -> list[str]:
         return [self._source_reason(part)]
@@ -183,7 +220,7 @@ class _WhyNothing(Visitor):
         for glob in part.globs:
             hits = [m for m in pushed if name_matcher((glob,))(m.message or "")]
             if not hits:
-                notes.append(_missing(f"marker {glob!r}", glob, messages))
+                notes.append(self._missing(f"marker {glob!r}", glob, messages))
             elif not any(m in with_ops for m in hits):
                 fused = [f"#{p} {view.ops[p].name}" for view in self.views for m in hits for p in crossing_fusions(view, m)]
                 where = f"marker {glob!r} matches {hits[0].message!r} ({hits[0].place}), "
@@ -203,10 +240,7 @@ class _WhyNothing(Visitor):
         for view in self.views:
             classes.update(view.module_classes)
         if not classes:
-            return [
-                "no op of these traces has a module: nvtx_regions records modules while thunder traces, "
-                "so create the NvtxProfileTransform before thunder.jit or its first call"
-            ]
+            return [self.words.no_module]
         names = sorted(p for p in classes if p) if by_path else sorted(set(classes.values()))
         what = "module" if by_path else "class"
         notes = []
@@ -214,7 +248,7 @@ class _WhyNothing(Visitor):
             matches = path_matcher((glob,)) if by_path else name_matcher((glob,))
             hits = [n for n in names if matches(n)]
             if not hits:
-                notes.append(_missing(f"{what} {glob!r}", glob, names))
+                notes.append(self._missing(f"{what} {glob!r}", glob, names))
                 continue
             called = {
                 (call.path if by_path else call.cls)
@@ -233,7 +267,7 @@ class _WhyNothing(Visitor):
                 )
             elif never and len(never) == len(hits):
                 notes.append(
-                    f"{what} {glob!r} matches {', '.join(never[:3])}, but no op is attributed to it: its ops may be "
+                    f"{what} {glob!r} matches {', '.join(never[:3])}, but no {self.words.op} is attributed to it: its ops may be "
                     "fused with other modules' (a fusion belongs to the deepest module containing all its parts)"
                 )
         return notes
@@ -247,7 +281,7 @@ class _WhyNothing(Visitor):
         same = [line for name, line in lines if in_file(name)]
         if not same:
             short = sorted({name.rsplit("/", 1)[-1] for name in files})
-            return _missing(f"source file {part.file!r}", part.file, short)
+            return self._missing(f"source file {part.file!r}", part.file, short)
         if any(part.first <= line <= part.last for line in same):
             return (
                 f"ops were recorded at {part.text()} in the forward trace, but the rule excludes them there; "
@@ -260,6 +294,5 @@ class _WhyNothing(Visitor):
         )
 
 
-
-def _missing(what: str, name: str, candidates: list[str], verb: str = "matches nothing") -> str:
-    return f"{what} {verb} in these traces{nearest(name, candidates)}"
+    def _missing(self, what: str, name: str, candidates: list[str], verb: str = "matches nothing") -> str:
+        return f"{what} {verb} {self.words.within}{nearest(name, candidates)}"
