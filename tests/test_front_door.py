@@ -162,10 +162,7 @@ def no_rules(where: str, given: str, default: str) -> str:
     [
         ("eager", "annotate", DEFAULT_SELECT),
         pytest.param("thunder", "NvtxProfileTransform", "all", marks=pytest.mark.thunder),
-        pytest.param(
-            "inductor", "NvtxInductor", DEFAULT_SELECT,
-            marks=pytest.mark.xfail(strict=True, reason="until nvtx_regions/inductor/backend.py calls given_spec; then remove this mark"),
-        ),
+        ("inductor", "NvtxInductor", DEFAULT_SELECT),
     ],
 )  # fmt: skip
 def test_a_spec_without_rules_warns_on_every_backend_and_strict_raises(backend, where, default, monkeypatch, tmp_path):

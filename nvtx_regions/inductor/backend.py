@@ -57,7 +57,7 @@ from ..core.naming import DEFAULT_DOMAIN
 from ..core.profiling import DEFAULT_SELECT
 from ..internals import inductor as internals
 from ..internals.frames import outside_package
-from ..language.parse import parse, spec_from_arguments
+from ..language.parse import given_spec, spec_from_arguments
 from ..runtime.clock import watch_step_gates
 from ..language.tree import render
 from ..selection.plan import Plan, make_plan
@@ -144,7 +144,7 @@ class NvtxInductor:
                 f"paths; got {type(model).__name__}. Pass the module, or leave model out when compiling a function"
             )
         internals.check_reaches()
-        parsed = spec_from_arguments(select, spec) or parse(DEFAULT_SELECT)
+        parsed = given_spec(select, spec, default=DEFAULT_SELECT, where="NvtxInductor", strict=strict, stacklevel=2)
         self.compiled = check_spec(parsed, strict=strict, stacklevel=2)
         watch_step_gates(self.compiled.rules)
         self.spec = parsed
