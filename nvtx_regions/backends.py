@@ -117,7 +117,10 @@ def compile(
     # A function (torch.compile takes those too) has no module tree of its own to name paths by.
     tree = model if isinstance(model, torch.nn.Module) else None
     compiler = NvtxInductor(select, spec=spec, domain=domain, strict=strict, options=options, model=tree)
-    return torch.compile(model, backend=compiler, **arguments)
+    compiled = torch.compile(model, backend=compiler, **arguments)
+    # So that nvtx_regions.explain(compiled) finds the graphs it placed ranges in.
+    compiled.nvtx_regions_backend = compiler
+    return compiled
 
 
 def steps(iterable: Iterable[T], *, domain: str | None = DEFAULT_DOMAIN) -> Iterator[T]:

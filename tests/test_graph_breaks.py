@@ -111,11 +111,18 @@ def test_a_module_whose_call_spans_the_break_is_named_in_a_warning_and_gets_no_r
     assert ("blocks.1.fc2" in [m for _, m in expected]) and all("blocks" in m for _, m in expected if m != "step 0" and m != "step 1")
 
 
-def test_a_spec_that_names_one_instance_of_shared_code_gets_no_range_and_says_why(cache):
-    # The graph of Block's code is the same for all three blocks; the spec selects in one of them.
-    inductor, out = _run(cache, "print", "inductor", "each module <blocks.0.*>")
-    assert [m for _, m in _tree(inductor.events) if not m.startswith("step ")] == []
-    assert any("selects other ranges in some Block modules than in others" in w for w in out["warnings"]), out
+@pytest.mark.parametrize(
+    "spec",
+    ["each module <blocks.0.*>", "each module <blocks.1.fc2>\neach class <Linear> and backward"],
+    ids=["one-instance", "one-instance-and-all"],
+)
+def test_a_spec_that_selects_in_some_instances_of_shared_code_is_eagers(cache, spec):
+    # The graph of Block's code is the same for all three blocks; the spec selects in some of them.
+    eager, _ = _run(cache, "print", "eager", spec)
+    inductor, out = _run(cache, "print", "inductor", spec)
+    expected = _without(_tree(eager.events), _named_in(out["warnings"]))
+    assert [m for _, m in expected if not m.startswith("step ")], expected
+    assert _tree(inductor.events) == expected
 
 
 def test_diagnostics_are_the_same_on_a_cache_hit(tmp_path):

@@ -160,6 +160,7 @@ class NvtxInductor:
         self._warned = False
         self._model = model
         self._said: set[str] = set()  # what was already warned about (once each)
+        self.notes: list[str] = []  # what those warnings said: what got no range, and why
         self._first_calls: set[int] = set()  # the graphs called at least once
         text = "\n".join(render(rule) for rule in parsed.rules)
         # The model's paths name the ranges too (they decide a message where the frame is a submodule's).
@@ -251,6 +252,7 @@ class NvtxInductor:
             if what in self._said:
                 return
             self._said.add(what)
+            self.notes.append(message.removeprefix(f"{self!r}: "))
         warnings.warn(message, NvtxRegionsWarning, stacklevel=outside_package())
 
     def _cannot_place(self, kwargs: dict[str, Any], config: Any) -> bool:
@@ -281,28 +283,14 @@ class NvtxInductor:
         root = None if frame is None or frame.why_not is not None else frame.root
         views = self._views(view, frame)
         plans = [make_plan(self.compiled, v, self.domain) for v in views]
-        shapes = {self._shape(plan) for plan in plans}
         left_out = frame.why_not if frame is not None else None
-        if left_out is None and len(shapes) > 1:
-            left_out = (
-                f"the spec selects other ranges in some {frame.cls} modules than in others "  # type: ignore[union-attr]
-                "(it names some of them), and the graph's code is the same for all"
-            )
         report = (self.cache_key, number, phase, inference, root, left_out, view_literal(view))
         if left_out is not None:
             return placement(Plan(phase, view.name, (), ()), view, self.compiled, self.domain, report=report)  # type: ignore[arg-type]
         instances = None
         if frame is not None and not frame.fixed:
-            instances = {instance: self._messages(p, v) for instance, v, p in zip(frame.candidates, views, plans)}
+            instances = {instance: (p, v) for instance, v, p in zip(frame.candidates, views, plans)}
         return placement(plans[0], views[0], self.compiled, self.domain, report=report, instances=instances)
-
-    @staticmethod
-    def _shape(plan: Plan) -> tuple:
-        return tuple((r.start, r.end, r.kind, r.rules, r.gate, r.style) for r in plan.ranges)
-
-    @staticmethod
-    def _messages(plan: Plan, view: KernelView) -> list[str]:
-        return [r.label if r.label is not None else view.ops[r.start].name for r in plan.ranges]
 
     def _views(self, view: KernelView, frame: FrameRoot | None) -> list[KernelView]:
         """`view` as each module instance that runs its graph sees it (`inductor.instances`)."""

@@ -1,7 +1,9 @@
 """What each rule of an `NvtxInductor` selected, graph by graph: an `Explanation`, as for every backend.
 
-Per graph placed in this process (a graph served from Inductor's cache was
-placed where it was compiled, and is not listed): per rule how many ranges it
+Per graph placed in this process (compiled here or served by Inductor's cache; a graph
+whose code runs for several module instances once per instance, ``graph 0 (forward) as
+blocks.1``), after the notes on what got no range and why (graph breaks, the recompile
+limit): per rule how many ranges it
 made and over which kernels, and, after the rules, the graph's kernels in
 call order with the module each belongs to ("hoisted": it does not stretch
 its module's range, `inductor.kernels`).
@@ -42,7 +44,9 @@ def explain_graphs(backend: NvtxInductor, spec: Spec | None = None, *, max_ops: 
         unit="kernel",
         plans=[placed.plan for placed in graphs] if spec is None else None,
         listings=[_listing(view) for view in views],
-        header=f"{backend!r}: {len(graphs)} graph(s) placed in this process",
+        header="\n".join(
+            [f"{backend!r}: {len(graphs)} graph(s) placed in this process", *(f"note: {n}" for n in backend.notes)]
+        ),
         max_ops=max_ops,
         domain=backend.domain,
     )

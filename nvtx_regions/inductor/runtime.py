@@ -73,12 +73,14 @@ def graph_ranges(
     gates: Sequence[GateText | None],
     *,
     graph: tuple | None = None,
-    instances: dict[str, Sequence[str]] | None = None,
+    instances: dict[str, Sequence[str | None]] | None = None,
+    on_for: Sequence[Sequence[str] | None] | None = None,
 ) -> GeneratedRanges:
     """The runtime of one wrapper's ranges, from its header's literals (see the module doc).
 
     `graph`: what the wrapper's backend placed (`NvtxInductor` is told, `backend.graph_loaded`);
-    `instances`: per module instance the code runs for, each range's message (`runtime.ranges`)."""
+    `instances`: per module instance the code runs for, each range's message (None: not its range),
+    and `on_for`: per group, the instances it is on for (`runtime.ranges`)."""
     if graph is not None:
         from .backend import graph_loaded
 
@@ -88,12 +90,13 @@ def graph_ranges(
     for number, text in enumerate(gates):
         gate = None if text is None else frozenset(Gate(None if r is None else frozenset(r), a, b) for r, a, b in text)
         push, pop, start, end = NAMES.functions(number, text is not None or instances is not None)
-        groups.append(Group(gate, own, push, pop, start, end, NAMES.domain))
+        names = None if on_for is None or on_for[number] is None else frozenset(on_for[number])
+        groups.append(Group(gate, own, push, pop, start, end, NAMES.domain, names))
     attributes = [own.attributes(message, color=color, category=category) for message, color, category in ranges]
     by_instance = None
     if instances is not None:
         by_instance = {
-            name: [own.attributes(m, color=c, category=k) for m, (_, c, k) in zip(messages, ranges)]
+            name: [None if m is None else own.attributes(m, color=c, category=k) for m, (_, c, k) in zip(messages, ranges)]
             for name, messages in instances.items()
         }
     started = {number: NAMES.started(number) for kind, number, _ in lines if kind == "start"}

@@ -75,7 +75,8 @@ def explain(
 
     `target` is a ``thunder.jit`` function or module that has run (its last
     forward and backward traces), a list of traces (forward first), an
-    `NvtxInductor` backend (the graphs it placed ranges in, in this process),
+    `NvtxInductor` backend or what ``nvtx_regions.compile(..., backend="inductor")`` returned (the
+    graphs it placed ranges in, in this process),
     or an eager annotation (`nvtx_regions.annotate`'s result: the model's
     module tree). The spec is `select` and/or `spec` (as for
     `NvtxProfileTransform`); with neither, the target's own spec. Raises what
@@ -85,6 +86,7 @@ def explain(
     from ..emission.eager import EagerAnnotation
     from ..inductor.backend import NvtxInductor
 
+    target = getattr(target, "nvtx_regions_backend", target)
     if isinstance(target, (NvtxInductor, EagerAnnotation)):
         return target.explain(select, spec=spec, max_ops=max_ops)
     traces = _traces_of(target)

@@ -57,6 +57,7 @@ class Group:
     start: str  # "" where the function has no start/end range
     end: str
     domain_argument: str  # the global holding the domain's argument of push and start
+    instances: frozenset[str] | None = None  # instance-named code: the instances it is on for (None: all)
 
     def is_open(self, rank: int, step: int) -> bool:
         return self.gate is None or any(g.is_open(rank, step) for g in self.gate)
@@ -144,7 +145,7 @@ class GeneratedRanges:
             if instance not in self.instances:
                 instance = None
         known = self.instances is None or instance is not None
-        key = (instance, *(known and self.groups[n].is_open(rank, step) for n in self._gated))
+        key = (instance, *(known and self._is_on(self.groups[n], instance, rank, step) for n in self._gated))
         gates = self._gates.get(key)
         if gates is None:
             gates = self._gates_type()
@@ -157,6 +158,10 @@ class GeneratedRanges:
                     setattr(gates, name, value)
             self._gates[key] = gates
         return gates
+
+    @staticmethod
+    def _is_on(group: Group, instance: str | None, rank: int, step: int) -> bool:
+        return (group.instances is None or instance in group.instances) and group.is_open(rank, step)
 
     def guard(self, function: Callable[..., Any]) -> Callable[..., Any]:
         """`function` (the generated one, or what wraps it), closing what a call that raises left open."""
@@ -189,22 +194,23 @@ class GeneratedRanges:
         if found is None:
             return
         frame, stopped = found
-        stack: list[int] = []
+        stack: dict[int, int] = {}  # open push/pop ranges, in push order: range -> group
         started: dict[int, int] = {}
         for line, placed in self._placed_at(frame.f_code):
             if line >= stopped:
                 break
             if placed.kind == "push":
-                stack.append(placed.group)
+                stack[placed.range] = placed.group
             elif placed.kind == "pop":
-                stack.pop()
+                # By range: the lines of ranges of different instances' groups may interleave.
+                stack.pop(placed.range, None)
             elif placed.kind == "start":
                 started[placed.range] = placed.group
             else:
                 started.pop(placed.range, None)
         local = frame_locals(frame)
         gates = local.get(self.gates_name)
-        for group in reversed(stack):
+        for group in reversed(stack.values()):
             self._function(group, "pop", gates)()
         for number, group in started.items():
             value = local.get(self.started_names[number])
