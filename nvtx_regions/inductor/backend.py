@@ -35,8 +35,9 @@ Promises:
   graph break inside it), one graph serves every instance of that class: its
   ranges are named per call after the instance it runs for
   (`inductor.instances`). Where that instance cannot be known, the graph gets no
-  range, and one warning names the module, the reason and the way out; so do
-  the module calls that span a graph break (no one graph holds them).
+  range, and one warning names the module, the reason and the way out. A module
+  call that runs outside every graph (it spans a graph break, or Dynamo runs
+  its caller uncompiled) gets its ``each`` ranges from hooks (`inductor.outside`).
 - Without a spec, the spec is ``each module <**>``, as for `compile` and `annotate`.
 """
 
@@ -47,7 +48,6 @@ import hashlib
 import os
 import threading
 import warnings
-import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -56,56 +56,25 @@ from ..core.errors import NvtxRegionsWarning
 from ..core.naming import DEFAULT_DOMAIN
 from ..core.profiling import DEFAULT_SELECT
 from ..internals import inductor as internals
+from ..internals.autograd import autograd_internals
 from ..internals.frames import outside_package
 from ..language.parse import given_spec, spec_from_arguments
 from ..runtime.clock import watch_step_gates
 from ..language.tree import render
 from ..selection.plan import Plan, make_plan
 from ..selection.unselected import RuleTally
-from ..core.globs import name_matcher, path_matcher
-from ..language.tree import EachClass, EachModule, walk
 from ..runtime.ranges import set_instance
 from .check import check_spec
 from .instances import FrameRoot, frame_root
 from .kernels import KernelView, kernel_view, rebase, view_from_literal, view_literal
+from . import loaded
+from .outside import OutsideCalls
 from .placement import placement
 
 if TYPE_CHECKING:
     from ..selection.explanation import Explanation
 
-__all__ = ["NvtxInductor", "PlacedGraph", "build_digest", "graph_loaded"]
-
-# The backends that may be told of a wrapper loading, by cache key (`graph_loaded`); and, per
-# thread, the one whose `__call__` is compiling (and the graph's number) while it does.
-_backends: "weakref.WeakValueDictionary[str, NvtxInductor]" = weakref.WeakValueDictionary()
-_compiling = threading.local()
-
-
-def graph_loaded(report: tuple) -> None:
-    """Called by a wrapper's header as it loads (`runtime.graph_ranges`), on a compile and on a
-    cache hit alike: its backend counts what each rule selected there (see the module doc)."""
-    key = report[0]
-    current = getattr(_compiling, "backend", None)
-    backend = current if current is not None and current.cache_key == key else _backends.get(key)
-    if backend is not None:
-        backend._loaded(report)
-
-
-@functools.cache
-def build_digest() -> str:
-    """A digest of this build of nvtx_regions: the path and bytes of every ``.py`` file of the
-    package and of its grammar, read once per process.
-
-    Any of them may decide what a wrapper gets (attribution, selection, module paths, the lines,
-    what they call), so it is part of the cache key: a wrapper cached by any other build is a miss
-    (a key over the files that write the lines only once replayed a wrapper with no ranges).
-    """
-    package = Path(__file__).resolve().parents[1]
-    digest = hashlib.sha256()
-    for path in sorted([*package.rglob("*.py"), *package.glob("grammar/*.lark")]):
-        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()[:16]
-
+__all__ = ["NvtxInductor", "PlacedGraph", "build_digest"]
 
 @dataclass(frozen=True)
 class PlacedGraph:
@@ -152,6 +121,8 @@ class NvtxInductor:
         self.strict = strict
         self.options = dict(options or {})
         self._paths = None if model is None else internals.module_paths(model)
+        # The calls that run outside every graph (a graph break) get their ranges from hooks.
+        self._outside = None if model is None else OutsideCalls(self.compiled, model, domain)
         self.graphs: list[PlacedGraph] = []
         self._tally = RuleTally(self.compiled)
         self._calls: dict[str, int] = {}  # Dynamo's module call keys -> call numbers
@@ -162,12 +133,14 @@ class NvtxInductor:
         self._said: set[str] = set()  # what was already warned about (once each)
         self.notes: list[str] = []  # what those warnings said: what got no range, and why
         self._first_calls: set[int] = set()  # the graphs called at least once
+        self._unreported = False  # a graph loaded since the rules' selections were last said
+        self._first_call: tuple[int, str | None] | None = None  # the first call's graph and instance
         text = "\n".join(render(rule) for rule in parsed.rules)
         # The model's paths name the ranges too (they decide a message where the frame is a submodule's).
         tree = "" if self._paths is None else "\n".join(f"{p}:{type(m).__name__}" for p, m in model.named_modules())
         digest = hashlib.sha256(f"{build_digest()}\0{domain!r}\0{text}\0{tree}".encode()).hexdigest()[:24]
         self.cache_key = f"nvtx_regions:{digest}"
-        _backends[self.cache_key] = self
+        loaded.register(self.cache_key, self)
         internals.recompile_limit_hits(_recompile_limit_hit)
 
     def __repr__(self) -> str:
@@ -201,10 +174,10 @@ class NvtxInductor:
                 return internals.compile_fx_inner(graph, inputs, **kwargs)
             inference = bool(kwargs.get("is_inference"))
             place = lambda kernels: self._place(number, phase, kernels, inference, frame)  # noqa: E731
-            with internals.placing(phase, place), _compiling_as(self, number):
+            with internals.placing(phase, place), loaded.compiling_as(self, number):
                 return internals.compile_fx_inner(graph, inputs, **kwargs)
 
-        with _compiling_as(self, number):
+        with loaded.compiling_as(self, number):
             compiled = internals.compile_fx(gm, example_inputs, inner_compile=inner_compile, config_patches=patches)
         if frame is None or frame.fixed or frame.why_not is not None:
             frame = None
@@ -226,24 +199,33 @@ class NvtxInductor:
         return instance
 
     def _after(self, number: int, outputs: Any, instance: str | None) -> None:
-        """After a call of graph `number`: its backward's instance, and, on its first call, when to say
-        what each rule selected: as its backward starts (every forward graph of the step has run by
-        then), or now for a call without gradients. The same moment whether the cache served it or not."""
+        """After a call of graph `number`: its backward's instance; and when to say what each rule
+        selected in the graphs loaded since it was last said: at the end of the backward of a graph's
+        first call, or at the next call of the very first graph called, for the same module (a step
+        went by). The same moment whether Inductor compiled the graphs or its cache served them."""
         if instance is not None:
             set_instance(None)
             internals.on_backward(outputs, lambda: set_instance(instance))
-        if number in self._first_calls:
-            return
-        self._first_calls.add(number)
-        if internals.on_backward(outputs, self._backward_started):
-            return
-        import torch
+        if number not in self._first_calls:
+            self._first_calls.add(number)
+            internals.on_backward(outputs, self._at_backward_end)
+        if self._first_call is None:
+            self._first_call = (number, instance)
+        elif self._unreported and self._first_call == (number, instance):
+            self._complete()  # the first call again: a step went by (a model without backward)
 
-        if not torch.is_grad_enabled():
-            self._report()
+    def _at_backward_end(self) -> None:
+        autograd_internals().queue_callback(self._complete)
 
-    def _backward_started(self) -> None:
-        self._outside_graphs()
+    def _complete(self) -> None:
+        self._unreported = False
+        if self._warned and not self.graphs:
+            return  # no graph could hold a range (CUDA graphs, a C++ wrapper): said once already
+        if self._outside is not None:
+            # The calls that ran outside every graph had their ranges from hooks: their rules selected.
+            for rules in self._outside.ran.values():
+                for rule in rules:
+                    self._tally.ranges[rule] = max(self._tally.ranges[rule], 1)
         self._report()
 
     def _say(self, what: str, message: str) -> None:
@@ -304,7 +286,7 @@ class NvtxInductor:
         """A wrapper of this backend's loaded (compiled now, or served by the cache): count what each
         rule selected in it, and say what was left out (see the module doc)."""
         _, number, phase, inference, root, left_out, literal = report
-        number = getattr(_compiling, "number", number) if getattr(_compiling, "backend", None) is self else number
+        number = loaded.current_number(self, number)
         view = view_from_literal(literal)
         view.name = f"graph {number} ({phase})"
         frame = None
@@ -317,13 +299,12 @@ class NvtxInductor:
         if left_out is not None:
             views = []
             self._say(f"left out:{left_out}", self._left_out_message(root, view, left_out))
-        if frame is not None:
-            self._spanning(frame)
         with self._lock:
             for v in views:
                 plan = make_plan(self.compiled, v, self.domain)
                 self.graphs.append(PlacedGraph(number, v, plan))
                 self._tally.add(plan, v)
+            self._unreported = True
 
     def _left_out_message(self, root: str | None, view: KernelView, why: str) -> str:
         modules = sorted({call.path for op in view.ops if op.chain for call in op.chain})
@@ -334,59 +315,6 @@ class NvtxInductor:
             "Remove the graph break (TORCH_LOGS=graph_breaks shows where), or use backend='eager', "
             "which names every module call"
         )
-
-    def _spanning(self, frame: FrameRoot) -> None:
-        """Warn once per root class about the selected module calls that span a graph break."""
-        spanning = frame.spanning()
-        selected = [p for p in spanning if self._each_selects(p, self._model.get_submodule(p))]  # type: ignore[union-attr]
-        if selected:
-            shown = ", ".join(selected[:4]) + (", ..." if len(selected) > 4 else "")
-            self._say(
-                f"spanning:{frame.cls}",
-                f"{self!r}: the calls of {shown} get no NVTX range: a graph break inside {frame.cls}.forward "
-                "split each call across graphs Dynamo compiled on their own, and no one graph holds the call. "
-                "The ranges inside them are named after the module each graph ran for. Remove the graph break "
-                "(TORCH_LOGS=graph_breaks shows where), or use backend='eager' for these ranges",
-            )
-
-    def _each_selects(self, path: str, module: Any) -> bool:
-        for rule in self.compiled.rules:
-            for part in walk(rule.rule.expr):
-                if isinstance(part, EachModule) and path_matcher(part.globs)(path):
-                    return True
-                if isinstance(part, EachClass) and name_matcher(part.globs)(type(module).__name__):
-                    return True
-        return False
-
-    def _outside_graphs(self) -> None:
-        """Warn once about the modules an ``each`` rule selects that are in no graph placed so far: their
-        calls ran outside torch.compile (Dynamo skips a frame with a graph break inside a loop, and runs
-        the torch.nn modules it calls as they are), so they got no range."""
-        if self._model is None:
-            return
-        import torch
-
-        seen = {call.path for graph in self.graphs for op in graph.view.ops if op.chain for call in op.chain}
-        roots = {graph.view.name.rpartition(" as ")[2] for graph in self.graphs if " as " in graph.view.name}
-        spanning = {p for root in roots for p in FrameRoot(root, "", (root,)).spanning()}
-        missing = [
-            path
-            for path, module in self._model.named_modules()
-            if path
-            and path not in seen
-            and path not in spanning
-            and type(module).forward is not torch.nn.Module.forward
-            and self._each_selects(path, module)
-        ]
-        if missing and self.graphs:
-            shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
-            self._say(
-                f"outside:{shown}",
-                f"{self!r}: {shown} got no NVTX range: no graph compiled so far holds their calls, so they ran "
-                "outside torch.compile (after a graph break inside a loop, Dynamo runs the frame eagerly, with the "
-                "torch.nn modules it calls), or were not called. Remove the graph break (TORCH_LOGS=graph_breaks "
-                "shows where), or use backend='eager'",
-            )
 
     def _report(self) -> None:
         # At run time (`_after`), outside Dynamo's compile, which would wrap a SelectorError in its own.
@@ -406,9 +334,10 @@ _limits_said: set[str] = set()
 
 
 def _recompile_limit_hit(limit: str, value: Any, function: str) -> None:
-    """Dynamo stopped compiling `function` (`internals.inductor.recompile_limit_hits`): say so once per
-    function while any `NvtxInductor` is alive, since its calls now run eagerly, without ranges."""
-    if not _backends or function in _limits_said:
+    """Dynamo stopped compiling `function` (`internals.inductor.recompile_limit_hits`, watched once an
+    `NvtxInductor` exists): say so once per function, since its calls now run uncompiled, without
+    the ranges of its graphs."""
+    if function in _limits_said:
         return
     _limits_said.add(function)
     warnings.warn(
@@ -419,17 +348,3 @@ def _recompile_limit_hit(limit: str, value: Any, function: str) -> None:
         NvtxRegionsWarning,
         stacklevel=outside_package(),
     )
-
-
-class _compiling_as:
-    """While on, `graph_loaded` tells `backend` first, and a graph's number is `number`."""
-
-    def __init__(self, backend: NvtxInductor, number: int) -> None:
-        self.backend, self.number = backend, number
-
-    def __enter__(self) -> None:
-        self.saved = (getattr(_compiling, "backend", None), getattr(_compiling, "number", None))
-        _compiling.backend, _compiling.number = self.backend, self.number
-
-    def __exit__(self, *exc: Any) -> None:
-        _compiling.backend, _compiling.number = self.saved

@@ -23,7 +23,7 @@ Promises:
   (`runtime.ranges.set_instance`, through the autograd node of the call,
   `internals.inductor.on_backward`).
 - The module calls that span the break (the root's and its ancestors') are in
-  no one graph, so they get no range: `spanning` names them for the warning.
+  no one graph: `inductor.outside` gives them their ranges.
 """
 
 from __future__ import annotations
@@ -55,16 +55,6 @@ class FrameRoot:
     def instance(self, args: Sequence[Any]) -> str | None:
         """The candidate a call with graph inputs `args` runs for; None if none is known."""
         return self.by_tensor.get(id(args[self.input_index])) if self.input_index is not None else None
-
-    def spanning(self) -> list[str]:
-        """The module paths whose calls span the graph break: each candidate and its ancestors
-        (but the model itself, whose range no graph of a submodule's frame could hold anyway)."""
-        found: dict[str, None] = {}
-        for candidate in self.candidates:
-            parts = candidate.split(".")
-            for depth in range(1, len(parts) + 1):
-                found[".".join(parts[:depth])] = None
-        return list(found)
 
 
 def frame_root(gm: Any, example_inputs: Sequence[Any], model: Any, paths: dict[str, str]) -> FrameRoot | None:

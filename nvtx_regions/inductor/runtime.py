@@ -31,6 +31,7 @@ from typing import Sequence
 from ..runtime.domain import Domain
 from ..runtime.ranges import GeneratedRanges, Group, Line
 from ..selection.compile import Gate
+from .loaded import graph_loaded
 
 __all__ = ["graph_ranges", "gate_text", "Names", "NAMES"]
 
@@ -82,8 +83,6 @@ def graph_ranges(
     `instances`: per module instance the code runs for, each range's message (None: not its range),
     and `on_for`: per group, the instances it is on for (`runtime.ranges`)."""
     if graph is not None:
-        from .backend import graph_loaded
-
         graph_loaded(graph)
     own = Domain(domain)
     groups = []

@@ -77,7 +77,7 @@ __all__ = [
     "TESTED_TORCH", "UnsupportedTorchError", "check_reaches", "Origin", "WrapperKernel", "Placement",
     "install", "uninstall", "placing", "cache_key_pass", "compile_fx", "compile_fx_inner",
     "inductor_config", "mode_options", "module_path", "module_digest", "module_paths", "called_module",
-    "graph_module_stacks", "around", "on_backward", "recompile_limit_hits",
+    "graph_module_stacks", "around", "run_outside_dynamo", "on_backward", "recompile_limit_hits",
 ]  # fmt: skip
 
 
@@ -435,3 +435,15 @@ def recompile_limit_hits(callback: Callable[[str, Any, str], None]) -> None:
         return True
 
     logging.getLogger("torch._dynamo.convert_frame").addFilter(read)
+
+
+def run_outside_dynamo(function: Callable[..., Any]) -> Callable[..., Any]:
+    """`function` itself, which Dynamo will not compile as a frame of its own but still traces through
+    where compiled code calls it: ``torch._dynamo.eval_frame.skip_code`` on its code object (2.8 to
+    2.14; a hook's closures share one). Without it, Dynamo compiles a module hook that runs outside
+    any graph into a graph of its own, where ``torch.compiler.is_compiling()`` is true: the hook
+    would do nothing."""
+    from torch._dynamo.eval_frame import skip_code
+
+    skip_code(function.__code__)
+    return function

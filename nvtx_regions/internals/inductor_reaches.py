@@ -157,6 +157,8 @@ REACHES = (
           _inner_compile_keywords),
     Reach("torch._inductor.list_mode_options(mode)", "the options of torch.compile(mode=...)",
           lambda: _takes(_find("torch._inductor", "list_mode_options"), "mode")),
+    Reach("torch._dynamo.eval_frame.skip_code(code)", "the ranges of module calls outside every graph (a graph break)",
+          lambda: callable(_find("torch._dynamo.eval_frame", "skip_code"))),
 )  # fmt: skip
 
 

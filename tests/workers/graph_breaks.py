@@ -119,6 +119,30 @@ class Shared(torch.nn.Module):
         return x
 
 
+def qwen2_moe() -> torch.nn.Module:
+    """Hugging Face Qwen2-MoE with transformers' eager experts code, which breaks the graph at
+    ``nonzero`` inside each layer's experts (called with token ids)."""
+    from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM
+
+    config = Qwen2MoeConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=64, moe_intermediate_size=16,
+        shared_expert_intermediate_size=16, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+        num_experts=4, num_experts_per_tok=2, experts_implementation="eager",
+    )  # fmt: skip
+    return Qwen2MoeForCausalLM(config)
+
+
+def mixtral() -> torch.nn.Module:
+    """Hugging Face Mixtral with transformers' eager experts code (a graph break in each layer's experts)."""
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    config = MixtralConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=1, num_local_experts=4, num_experts_per_tok=2, experts_implementation="eager",
+    )  # fmt: skip
+    return MixtralForCausalLM(config)
+
+
 PATTERNS = {
     "print": lambda: Looped("print"),
     "item": lambda: Looped("item"),
@@ -129,6 +153,8 @@ PATTERNS = {
     "unrolled": lambda: Unrolled("graph_break"),
     "between": lambda: Between("print"),
     "shared": lambda: Shared("print"),
+    "qwen2_moe": qwen2_moe,
+    "mixtral": mixtral,
 }
 
 
@@ -146,7 +172,11 @@ def main(argv: list[str]) -> int:
         try:
             compiled = nvtx_regions.compile(model, spec, backend=backend, strict="--strict" in argv)
             for _ in nvtx_regions.steps(range(steps)):
-                compiled(torch.randn(4, 8)).sum().backward()
+                if pattern in ("qwen2_moe", "mixtral"):
+                    ids = torch.randint(0, 64, (2, 8))
+                    compiled(input_ids=ids, labels=ids).loss.backward()
+                else:
+                    compiled(torch.randn(4, 8)).sum().backward()
         except Exception as raised:  # noqa: BLE001
             error = [type(raised).__name__, str(raised)]
     ours = [str(w.message) for w in seen if w.category.__name__ == "NvtxRegionsWarning"]

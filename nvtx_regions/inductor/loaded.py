@@ -1,0 +1,51 @@
+"""Which `NvtxInductor` a wrapper's header reports to as it loads (`runtime.graph_ranges`).
+
+A wrapper's header names its backend by the backend's cache key: the same
+text in every process, so a wrapper Inductor's cache serves reaches the
+backend of this process with that key. While a backend compiles, it is the
+one told first (two backends of the same spec and model share a key).
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any
+
+__all__ = ["register", "compiling_as", "current_number", "graph_loaded"]
+
+_backends: "weakref.WeakValueDictionary[str, Any]" = weakref.WeakValueDictionary()
+_compiling = threading.local()
+
+
+def register(key: str, backend: Any) -> None:
+    """`backend` (with a ``_loaded(report)`` method) is told of the wrappers whose header names `key`."""
+    _backends[key] = backend
+
+
+def graph_loaded(report: tuple) -> None:
+    """Tell the backend of `report` (its first item is the backend's key) that its wrapper loaded."""
+    key = report[0]
+    current = getattr(_compiling, "backend", None)
+    backend = current if current is not None and current.cache_key == key else _backends.get(key)
+    if backend is not None:
+        backend._loaded(report)
+
+
+def current_number(backend: Any, default: int) -> int:
+    """The number of the graph `backend` is compiling on this thread, or `default`."""
+    return _compiling.number if getattr(_compiling, "backend", None) is backend else default
+
+
+class compiling_as:
+    """While on, `graph_loaded` tells `backend` first, and the graph being compiled is `number`."""
+
+    def __init__(self, backend: Any, number: int) -> None:
+        self.backend, self.number = backend, number
+
+    def __enter__(self) -> None:
+        self.saved = (getattr(_compiling, "backend", None), getattr(_compiling, "number", None))
+        _compiling.backend, _compiling.number = self.backend, self.number
+
+    def __exit__(self, *exc: Any) -> None:
+        _compiling.backend, _compiling.number = self.saved

@@ -1,0 +1,191 @@
+"""Ranges for the module calls that run outside every graph Inductor compiled.
+
+After a graph break inside a module, that module's call is in no graph: it
+runs in Python, with Dynamo compiling its code on its own, a graph before the
+break and one after. After a break inside a loop, Dynamo runs the frame as it
+is, and the ``torch.nn`` modules it calls run uncompiled. Such a call gets
+its ``each module``/``each class`` range from hooks on the module, as eager
+gives it.
+
+Promises:
+- The hooks act only when the call runs in Python: traced into a graph, they
+  do nothing (``torch.compiler.is_compiling()``), so a model without graph
+  breaks compiles as before (no break added) and its ranges come from the
+  wrappers alone. Dynamo never compiles the hooks themselves
+  (`internals.inductor.run_outside_dynamo`).
+- A call's forward range opens before its code runs and closes after it
+  returns or raises; its backward range opens when the gradient of its first
+  output arrives and closes once the gradients of its inputs are computed (at
+  the end of the backward when no input needs one). The ranges inside it
+  (its graphs' kernels, its submodules' calls) nest inside.
+- The messages, colours, categories, gates and domain are those the spec gives
+  the same module under eager and in a wrapper: the module's path, and its
+  path with `` (backward)``.
+- One set of hooks per model: a new `OutsideCalls` on the same model removes
+  the last one's.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any
+
+from ..core.naming import rule_category, rule_color
+from ..emission.eager_view import module_views
+from ..internals.autograd import autograd_internals
+from ..internals.inductor import run_outside_dynamo
+from ..runtime.clock import current_rank, current_step
+from ..runtime.domain import Domain, calls_of
+from ..runtime.ranges import leave_open
+from ..selection.compile import CompiledSpec, EachRule
+from ..selection.plan import make_plan
+
+__all__ = ["OutsideCalls"]
+
+_installed: "weakref.WeakKeyDictionary[Any, OutsideCalls]" = weakref.WeakKeyDictionary()
+
+
+class OutsideCalls:
+    """The hooks that give a module call outside every graph its ranges (see the module doc)."""
+
+    def __init__(self, compiled: CompiledSpec, model: Any, domain: str | None) -> None:
+        self.domain = Domain(domain)
+        self._calls = calls_of(self.domain)
+        self._local = threading.local()
+        self._handles: list[Any] = []
+        self.ran: dict[str, set[int]] = {}  # module path -> the rules that gave one of its calls here a range
+        # Per module: (module, path, forward ranges, backward ranges), each range (rule, gate, attributes).
+        targets: dict[int, tuple[Any, str, list[tuple[int, Any, Any]], list[tuple[int, Any, Any]]]] = {}
+        for view in module_views(model):
+            for planned in make_plan(compiled, view, domain).ranges:
+                rule = compiled.rules[planned.rules[0]]
+                if planned.kind != "region" or not isinstance(rule, EachRule):
+                    continue
+                op = view.ops[planned.start]
+                attributes = self.domain.attributes(planned.label, color=rule_color(rule.number), category=rule_category(rule.rule))
+                target = targets.setdefault(op.index, (op.module, op.path, [], []))
+                target[2 if view.phase == "forward" else 3].append((rule.number, planned.gate, attributes))
+        previous = _installed.get(model)
+        if previous is not None:
+            previous.remove()
+        for module, path, forward, backward in targets.values():
+            self._handles.append(module.register_forward_pre_hook(self._pre_hook(path, forward)))
+            self._handles.append(module.register_forward_hook(self._post_hook(path, backward), always_call=True))
+        self.modules = len(targets)
+        _installed[model] = self
+
+    def remove(self) -> None:
+        """Take the hooks off."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+    # -- hooks -----------------------------------------------------------------
+
+    def _stack(self) -> list[int]:
+        stack = self._local.__dict__.get("stack")
+        if stack is None:
+            stack = self._local.stack = []
+        return stack
+
+    def _push(self, path: str, entries: list[tuple[int, Any, Any]]) -> int:
+        push, argument = self._calls.push, self._calls.domain_argument
+        step = rank = None
+        pushed = 0
+        rules = self.ran.get(path)
+        if rules is None:
+            rules = self.ran[path] = set()
+        for rule, gate, attributes in entries:
+            rules.add(rule)
+            if gate is not None:
+                if step is None:
+                    step, rank = current_step(), current_rank()
+                if not any(g.is_open(rank, step) for g in gate):
+                    continue
+            push(attributes, argument)
+            pushed += 1
+        return pushed
+
+    def _pop(self, count: int) -> None:
+        for _ in range(count):
+            self._calls.pop()
+
+    def _pre_hook(self, path: str, forward: list[tuple[int, Any, Any]]) -> Any:
+        import torch
+
+        compiling = torch.compiler.is_compiling
+        stack = self._stack
+
+        @run_outside_dynamo
+        def pre_hook(module: Any, args: Any) -> None:
+            if compiling():
+                return
+            stack().append(self._push(path, forward))
+
+        return pre_hook
+
+    def _post_hook(self, path: str, backward: list[tuple[int, Any, Any]]) -> Any:
+        import torch
+
+        compiling = torch.compiler.is_compiling
+        stack = self._stack
+
+        @run_outside_dynamo
+        def post_hook(module: Any, args: Any, output: Any) -> None:
+            if compiling():
+                return
+            opened = stack()
+            if opened:
+                self._pop(opened.pop())
+            if backward and torch.is_grad_enabled():
+                self._backward(path, backward, args, output)
+
+        return post_hook
+
+    def _backward(self, path: str, backward: list[tuple[int, Any, Any]], args: Any, output: Any) -> None:
+        """Hooks on this call's output and input tensors that open and close its backward ranges."""
+        import torch
+
+        outputs = [t for t in _tensors(output) if t.requires_grad]
+        if not outputs:
+            return
+        inputs = [t for t in _tensors(args) if t.requires_grad]
+        state = {"pushed": None, "waiting": len(inputs)}
+        autograd = autograd_internals()
+
+        def close() -> None:
+            if state["pushed"]:
+                self._pop(state["pushed"])
+            state["pushed"] = 0
+
+        def gradient_arrived(grad: Any) -> None:
+            if state["pushed"] is None:
+                state["pushed"] = self._push(path, backward)
+                leave_open(close)  # a backward that raises calls no hook of ours
+                if not inputs:
+                    autograd.queue_callback(close)
+
+        def input_done(grad: Any) -> None:
+            state["waiting"] -= 1
+            if state["waiting"] == 0:
+                close()
+
+        for tensor in outputs:
+            tensor.register_hook(run_outside_dynamo(gradient_arrived))
+        for tensor in inputs:
+            tensor.register_hook(run_outside_dynamo(input_done))
+
+
+def _tensors(value: Any) -> list[Any]:
+    """The tensors of a hook's arguments or a module's output (nested in tuples, lists and dicts)."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for item in value for t in _tensors(item)]
+    if isinstance(value, dict):
+        return [t for item in value.values() for t in _tensors(item)]
+    values = getattr(value, "values", None)  # a ModelOutput of transformers
+    return [t for item in values() for t in _tensors(item)] if callable(values) else []
