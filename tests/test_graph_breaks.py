@@ -3,7 +3,8 @@
 Each model of tests/workers/graph_breaks.py has a graph break in a chosen
 place. The test runs it eagerly and under Inductor, each under the capture
 tool, and compares the NVTX calls that really happened: names, counts per
-step, forward and backward, and nesting, over two steps (the first compiles).
+step, forward and backward, and nesting, in the two steps after the one that
+compiles.
 """
 
 from __future__ import annotations
@@ -38,11 +39,15 @@ def _run(cache: Path, pattern: str, backend: str, spec: str, *extra: str):
 
 
 def _tree(events) -> list[tuple[int, str]]:
-    """(depth, message) of our ranges, depth first, after checking that every range closes."""
+    """(depth, message) of our ranges from the second step on (the first compiles: a module whose call
+    spans a graph break gets its range once that break was compiled), depth first, after checking
+    that every range closes."""
     check_balanced(events)
     ours = [e for e in events if e.domain == "nvtx_regions"]
     by_thread = range_tree(ours)
-    return [(depth, message) for tid in sorted(by_thread) for depth, _, message in flatten(by_thread[tid])]
+    tree = [(depth, message) for tid in sorted(by_thread) for depth, _, message in flatten(by_thread[tid])]
+    assert (0, "step 1") in tree and (0, "step 2") in tree, tree
+    return tree[tree.index((0, "step 1")) :]
 
 
 # See tests/workers/graph_breaks.py.
@@ -68,7 +73,7 @@ def test_ranges_through_a_graph_break_are_eagers(cache, pattern):
     assert eager_out["error"] is None and inductor_out["error"] is None, (eager_out, inductor_out)
     expected = _tree(eager.events)
     messages = [message for _, message in expected]
-    assert "blocks.1 (backward)" in messages and "blocks.1.fc2" in messages, messages
+    assert "blocks.1 (backward)" in messages and any(m.startswith("blocks.1.") and m.endswith("fc2") for m in messages)
     assert _tree(inductor.events) == expected
     assert inductor_out["warnings"] == []
 

@@ -76,6 +76,23 @@ if TYPE_CHECKING:
 
 __all__ = ["NvtxInductor", "PlacedGraph", "build_digest"]
 
+@functools.cache
+def build_digest() -> str:
+    """A digest of this build of nvtx_regions: the path and bytes of every ``.py`` file of the
+    package and of its grammar, read once per process.
+
+    Any of them may decide what a wrapper gets (attribution, selection, module paths, the lines,
+    what they call), so it is part of the cache key: a wrapper cached by any other build is a miss
+    (a key over the files that write the lines only once replayed a wrapper with no ranges).
+    """
+    package = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted([*package.rglob("*.py"), *package.glob("grammar/*.lark")]):
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+
 @dataclass(frozen=True)
 class PlacedGraph:
     """One graph this backend placed ranges in (in this process): its kernels and its plan."""
@@ -222,6 +239,9 @@ class NvtxInductor:
         if self._warned and not self.graphs:
             return  # no graph could hold a range (CUDA graphs, a C++ wrapper): said once already
         if self._outside is not None:
+            # What no graph holds ran outside torch.compile (or was not called): hooks from now on.
+            seen = {call.path for graph in self.graphs for op in graph.view.ops if op.chain for call in op.chain}
+            self._outside.need(path for path in self._outside.selected if path and path not in seen)
             # The calls that ran outside every graph had their ranges from hooks: their rules selected.
             for rules in self._outside.ran.values():
                 for rule in rules:
@@ -299,6 +319,9 @@ class NvtxInductor:
         if left_out is not None:
             views = []
             self._say(f"left out:{left_out}", self._left_out_message(root, view, left_out))
+        if frame is not None and self._outside is not None:
+            # The root's calls span the graph break, and so do the calls of every module above it.
+            self._outside.need(p for c in frame.candidates for p in _above(c))
         with self._lock:
             for v in views:
                 plan = make_plan(self.compiled, v, self.domain)
@@ -348,3 +371,9 @@ def _recompile_limit_hit(limit: str, value: Any, function: str) -> None:
         NvtxRegionsWarning,
         stacklevel=outside_package(),
     )
+
+
+def _above(path: str) -> list[str]:
+    """`path` and the path of every module above it, but the model's own (``""``)."""
+    parts = path.split(".") if path else []
+    return [".".join(parts[:depth]) for depth in range(1, len(parts) + 1)]

@@ -8,10 +8,15 @@ its ``each module``/``each class`` range from hooks on the module, as eager
 gives it.
 
 Promises:
+- Hooks go only on the modules that need them (`need`), as the backend finds
+  them: the modules whose code Dynamo compiled on its own, with every module
+  above them, when such a graph loads; the selected modules that no graph
+  holds, after the first step. A model without graph breaks gets no hook and
+  costs what it cost. The calls before a module got its hooks (the step that
+  compiled) have no range of it.
 - The hooks act only when the call runs in Python: traced into a graph, they
-  do nothing (``torch.compiler.is_compiling()``), so a model without graph
-  breaks compiles as before (no break added) and its ranges come from the
-  wrappers alone. Dynamo never compiles the hooks themselves
+  do nothing (``torch.compiler.is_compiling()``), and add no graph break.
+  Dynamo never compiles the hooks themselves
   (`internals.inductor.run_outside_dynamo`).
 - A call's forward range opens before its code runs and closes after it
   returns or raises; its backward range opens when the gradient of its first
@@ -54,6 +59,7 @@ class OutsideCalls:
         self._calls = calls_of(self.domain)
         self._local = threading.local()
         self._handles: list[Any] = []
+        self._ids: list[int] = []
         self.ran: dict[str, set[int]] = {}  # module path -> the rules that gave one of its calls here a range
         # Per module: (module, path, forward ranges, backward ranges), each range (rule, gate, attributes).
         targets: dict[int, tuple[Any, str, list[tuple[int, Any, Any]], list[tuple[int, Any, Any]]]] = {}
@@ -66,24 +72,42 @@ class OutsideCalls:
                 attributes = self.domain.attributes(planned.label, color=rule_color(rule.number), category=rule_category(rule.rule))
                 target = targets.setdefault(op.index, (op.module, op.path, [], []))
                 target[2 if view.phase == "forward" else 3].append((rule.number, planned.gate, attributes))
+        self._targets = {path: (module, path, forward, backward) for module, path, forward, backward in targets.values()}
+        self.hooked: set[str] = set()
+        self.selected = list(self._targets)  # the paths the spec gives a range
         previous = _installed.get(model)
         if previous is not None:
             previous.remove()
-        for module, path, forward, backward in targets.values():
-            self._handles.append(module.register_forward_pre_hook(self._pre_hook(path, forward)))
-            self._handles.append(module.register_forward_hook(self._post_hook(path, backward), always_call=True))
-        self.modules = len(targets)
         _installed[model] = self
+
+    def need(self, paths: Any) -> None:
+        """Put the hooks on the modules of `paths` that the spec gives a range and that have none yet."""
+        for path in paths:
+            target = self._targets.get(path)
+            if target is None or path in self.hooked:
+                continue
+            module = target[0]
+            self.hooked.add(path)
+            # Plain functions, the same for every module, that find the module's ranges by its id.
+            _targets[id(module)] = (self, *target[1:])
+            self._handles.append(module.register_forward_pre_hook(_pre_hook))
+            self._handles.append(module.register_forward_hook(_post_hook, always_call=True))
+            self._ids.append(id(module))
 
     def remove(self) -> None:
         """Take the hooks off."""
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+        for key in self._ids:
+            if _targets.get(key, (None,))[0] is self:
+                del _targets[key]
+        self._ids.clear()
+        self.hooked.clear()
 
     # -- hooks -----------------------------------------------------------------
 
-    def _stack(self) -> list[int]:
+    def _stack(self) -> list[tuple[int, int]]:
         stack = self._local.__dict__.get("stack")
         if stack is None:
             stack = self._local.stack = []
@@ -111,43 +135,11 @@ class OutsideCalls:
         for _ in range(count):
             self._calls.pop()
 
-    def _pre_hook(self, path: str, forward: list[tuple[int, Any, Any]]) -> Any:
-        import torch
-
-        compiling = torch.compiler.is_compiling
-        stack = self._stack
-
-        @run_outside_dynamo
-        def pre_hook(module: Any, args: Any) -> None:
-            if compiling():
-                return
-            stack().append(self._push(path, forward))
-
-        return pre_hook
-
-    def _post_hook(self, path: str, backward: list[tuple[int, Any, Any]]) -> Any:
-        import torch
-
-        compiling = torch.compiler.is_compiling
-        stack = self._stack
-
-        @run_outside_dynamo
-        def post_hook(module: Any, args: Any, output: Any) -> None:
-            if compiling():
-                return
-            opened = stack()
-            if opened:
-                self._pop(opened.pop())
-            if backward and torch.is_grad_enabled():
-                self._backward(path, backward, args, output)
-
-        return post_hook
-
     def _backward(self, path: str, backward: list[tuple[int, Any, Any]], args: Any, output: Any) -> None:
         """Hooks on this call's output and input tensors that open and close its backward ranges."""
         import torch
 
-        outputs = [t for t in _tensors(output) if t.requires_grad]
+        outputs = [t for t in _tensors(output) if t.requires_grad and t.grad_fn is not None]
         if not outputs:
             return
         inputs = [t for t in _tensors(args) if t.requires_grad]
@@ -171,10 +163,53 @@ class OutsideCalls:
             if state["waiting"] == 0:
                 close()
 
-        for tensor in outputs:
-            tensor.register_hook(run_outside_dynamo(gradient_arrived))
+        # Opened by a pre-hook of the node that computes from the outputs' gradients: autograd runs
+        # a node's tensor hooks (the next call's `input_done` on this call's output) before its
+        # pre-hooks, so the range of a call that consumed these outputs closes before this one opens.
+        nodes = {id(t.grad_fn): t.grad_fn for t in outputs if t.grad_fn is not None}
+        for node in nodes.values():
+            node.register_prehook(run_outside_dynamo(lambda grad_outputs: gradient_arrived(None)))
         for tensor in inputs:
             tensor.register_hook(run_outside_dynamo(input_done))
+
+
+# id of a hooked module -> (its OutsideCalls, its path, forward ranges, backward ranges)
+_targets: dict[int, tuple[OutsideCalls, str, list[tuple[int, Any, Any]], list[tuple[int, Any, Any]]]] = {}
+
+
+def _compiling() -> bool:
+    import torch
+
+    return torch.compiler.is_compiling()
+
+
+@run_outside_dynamo
+def _pre_hook(module: Any, args: Any) -> None:
+    if _compiling():
+        return
+    target = _targets.get(id(module))
+    if target is not None:
+        owner, path, forward, _ = target
+        owner._stack().append((id(module), owner._push(path, forward)))
+
+
+@run_outside_dynamo
+def _post_hook(module: Any, args: Any, output: Any) -> None:
+    import torch
+
+    if _compiling():
+        return
+    target = _targets.get(id(module))
+    if target is None:
+        return
+    owner, path, _, backward = target
+    opened = owner._stack()
+    # Only what this call's pre-hook opened: hooks put on a module while it runs (the graph break was
+    # found compiling its code) get a post-hook call without a pre-hook call.
+    if opened and opened[-1][0] == id(module):
+        owner._pop(opened.pop()[1])
+    if backward and torch.is_grad_enabled():
+        owner._backward(path, backward, args, output)
 
 
 def _tensors(value: Any) -> list[Any]:

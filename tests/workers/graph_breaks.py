@@ -163,7 +163,7 @@ def main(argv: list[str]) -> int:
     from torch._dynamo.utils import counters
 
     pattern, backend, spec = argv[:3]
-    steps = int(argv[argv.index("--steps") + 1]) if "--steps" in argv else 2
+    steps = int(argv[argv.index("--steps") + 1]) if "--steps" in argv else 3
     torch.manual_seed(0)
     model = PATTERNS[pattern]()
     error = None
