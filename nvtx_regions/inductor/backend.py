@@ -198,7 +198,8 @@ class NvtxInductor:
             compiled = internals.compile_fx(gm, example_inputs, inner_compile=inner_compile, config_patches=patches)
         if frame is None or frame.fixed or frame.why_not is not None:
             frame = None
-        return internals.around(compiled, functools.partial(self._before, frame), functools.partial(self._after, number))
+        before = None if frame is None else functools.partial(self._before, frame)
+        return internals.around(compiled, before, functools.partial(self._after, number))
 
     def _before(self, frame: FrameRoot | None, args: tuple[Any, ...]) -> str | None:
         """Before a call of a graph: the module instance it runs for, when its code serves several."""

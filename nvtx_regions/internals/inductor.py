@@ -381,10 +381,18 @@ def cache_key_pass(key: str, theirs: Any = None) -> Any:
     return NvtxRegionsCacheKey()
 
 
-def around(compiled: Any, before: Callable[[tuple[Any, ...]], Any], after: Callable[[Any, Any], None]) -> Any:
-    """`compiled` (what ``compile_fx`` returned) called with `before(args)` first and
+def around(compiled: Any, before: Callable[[tuple[Any, ...]], Any] | None, after: Callable[[Any, Any], None]) -> Any:
+    """`compiled` (what ``compile_fx`` returned) called with `before(args)` first (unless None) and
     `after(outputs, what before returned)` last. Dynamo calls it with the graph's inputs as
     positional arguments (2.11, 2.14: ``compile_fx``'s result boxes them itself)."""
+    if before is None:
+
+        def run_then(*args: Any) -> Any:
+            outputs = compiled(*args)
+            after(outputs, None)
+            return outputs
+
+        return run_then
 
     def run(*args: Any) -> Any:
         token = before(args)
