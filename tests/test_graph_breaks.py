@@ -10,6 +10,8 @@ compiles.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -140,3 +142,18 @@ def test_the_recompile_limit_is_not_silent(monkeypatch, tmp_path):
     assert len(ours) == 1, [str(w.message) for w in seen]
     assert "torch._dynamo.config.recompile_limit (1)" in ours[0] and "recompile_limit = N" in ours[0]
     torch._dynamo.reset()
+
+
+def test_a_model_called_once_without_gradients_is_told_at_exit(tmp_path):
+    # No second call and no backward to say it at: the warning comes at exit, not never.
+    code = (
+        "import torch, nvtx_regions\n"
+        "model = torch.nn.Sequential(torch.nn.Linear(4, 4))\n"
+        "compiled = nvtx_regions.compile(model, 'each module <blokcs.*>', backend='inductor')\n"
+        "with torch.no_grad():\n"
+        "    compiled(torch.randn(2, 4))\n"
+    )
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "rule 'each module <blokcs.*>' (<select>:1) selected nothing" in result.stderr, result.stderr[-2000:]

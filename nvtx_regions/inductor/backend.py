@@ -43,6 +43,7 @@ Promises:
 
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
 import os
@@ -52,9 +53,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..core.errors import NvtxRegionsWarning
+from ..core.errors import NvtxRegionsWarning, SelectorError
 from ..core.naming import DEFAULT_DOMAIN
 from ..core.profiling import DEFAULT_SELECT
+from ..internals import dynamo
 from ..internals import inductor as internals
 from ..internals.autograd import autograd_internals
 from ..internals.frames import outside_package
@@ -158,7 +160,7 @@ class NvtxInductor:
         digest = hashlib.sha256(f"{build_digest()}\0{domain!r}\0{text}\0{tree}".encode()).hexdigest()[:24]
         self.cache_key = f"nvtx_regions:{digest}"
         loaded.register(self.cache_key, self)
-        internals.recompile_limit_hits(_recompile_limit_hit)
+        dynamo.recompile_limit_hits(_recompile_limit_hit)
 
     def __repr__(self) -> str:
         return f"NvtxInductor({'; '.join(render(r) for r in self.spec.rules)!r}, domain={self.domain!r})"
@@ -199,7 +201,7 @@ class NvtxInductor:
         if frame is None or frame.fixed or frame.why_not is not None:
             frame = None
         before = None if frame is None else functools.partial(self._before, frame)
-        return internals.around(compiled, before, functools.partial(self._after, number))
+        return dynamo.around(compiled, before, functools.partial(self._after, number))
 
     def _before(self, frame: FrameRoot | None, args: tuple[Any, ...]) -> str | None:
         """Before a call of a graph: the module instance it runs for, when its code serves several."""
@@ -223,10 +225,10 @@ class NvtxInductor:
         went by). The same moment whether Inductor compiled the graphs or its cache served them."""
         if instance is not None:
             set_instance(None)
-            internals.on_backward(outputs, lambda: set_instance(instance))
+            dynamo.on_backward(outputs, lambda: set_instance(instance))
         if number not in self._first_calls:
             self._first_calls.add(number)
-            internals.on_backward(outputs, self._at_backward_end)
+            dynamo.on_backward(outputs, self._at_backward_end)
         if self._first_call is None:
             self._first_call = (number, instance)
         elif self._unreported and self._first_call == (number, instance):
@@ -353,6 +355,19 @@ class NvtxInductor:
 
         return explain_graphs(self, spec_from_arguments(select, spec), max_ops=max_ops)
 
+
+def _report_at_exit() -> None:
+    """At exit, say what each rule selected in the graphs loaded since it was last said (a model
+    called once, without gradients): warnings only, as nothing can catch an error then."""
+    for backend in loaded.backends():
+        if backend._unreported:
+            try:
+                backend._complete()
+            except SelectorError as error:
+                warnings.warn(str(error), NvtxRegionsWarning, stacklevel=1)
+
+
+atexit.register(_report_at_exit)
 
 _limits_said: set[str] = set()
 

@@ -12,7 +12,7 @@ import threading
 import weakref
 from typing import Any
 
-__all__ = ["register", "compiling_as", "current_number", "graph_loaded"]
+__all__ = ["register", "backends", "compiling_as", "current_number", "graph_loaded"]
 
 _backends: "weakref.WeakValueDictionary[str, Any]" = weakref.WeakValueDictionary()
 _compiling = threading.local()
@@ -21,6 +21,11 @@ _compiling = threading.local()
 def register(key: str, backend: Any) -> None:
     """`backend` (with a ``_loaded(report)`` method) is told of the wrappers whose header names `key`."""
     _backends[key] = backend
+
+
+def backends() -> list[Any]:
+    """The backends alive, by the last made for each key."""
+    return list(_backends.values())
 
 
 def graph_loaded(report: tuple) -> None:

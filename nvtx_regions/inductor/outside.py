@@ -17,7 +17,7 @@ Promises:
 - The hooks act only when the call runs in Python: traced into a graph, they
   do nothing (``torch.compiler.is_compiling()``), and add no graph break.
   Dynamo never compiles the hooks themselves
-  (`internals.inductor.run_outside_dynamo`).
+  (`internals.dynamo.run_outside_dynamo`).
 - A call's forward range opens before its code runs and closes after it
   returns or raises; its backward range opens when the gradient of its first
   output arrives and closes once the gradients of its inputs are computed (at
@@ -39,7 +39,7 @@ from typing import Any
 from ..core.naming import rule_category, rule_color
 from ..emission.eager_view import module_views
 from ..internals.autograd import autograd_internals
-from ..internals.inductor import run_outside_dynamo
+from ..internals.dynamo import run_outside_dynamo
 from ..runtime.clock import current_rank, current_step
 from ..runtime.domain import Domain, calls_of
 from ..runtime.ranges import leave_open
@@ -88,6 +88,8 @@ class OutsideCalls:
                 continue
             module = target[0]
             self.hooked.add(path)
+            run_outside_dynamo(_pre_hook)
+            run_outside_dynamo(_post_hook)
             # Plain functions, the same for every module, that find the module's ranges by its id.
             _targets[id(module)] = (self, *target[1:])
             self._handles.append(module.register_forward_pre_hook(_pre_hook))
@@ -183,7 +185,6 @@ def _compiling() -> bool:
     return torch.compiler.is_compiling()
 
 
-@run_outside_dynamo
 def _pre_hook(module: Any, args: Any) -> None:
     if _compiling():
         return
@@ -193,7 +194,6 @@ def _pre_hook(module: Any, args: Any) -> None:
         owner._stack().append((id(module), owner._push(path, forward)))
 
 
-@run_outside_dynamo
 def _post_hook(module: Any, args: Any, output: Any) -> None:
     import torch
 

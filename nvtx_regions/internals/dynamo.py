@@ -1,0 +1,88 @@
+"""Reaches into Dynamo's and AOTAutograd's run time: how a compiled graph is called, its autograd
+node, Dynamo's recompile limit, and the frames Dynamo skips.
+
+Checked on torch 2.11 and 2.14 (`inductor_reaches.TESTED_TORCH`); each entry says what breaks
+without it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+__all__ = ["around", "on_backward", "recompile_limit_hits", "run_outside_dynamo"]
+
+
+def around(compiled: Any, before: Callable[[tuple[Any, ...]], Any] | None, after: Callable[[Any, Any], None]) -> Any:
+    """`compiled` (what ``compile_fx`` returned) called with `before(args)` first (unless None) and
+    `after(outputs, what before returned)` last. Dynamo calls it with the graph's inputs as
+    positional arguments (2.11, 2.14: ``compile_fx``'s result boxes them itself)."""
+    if before is None:
+
+        def run_then(*args: Any) -> Any:
+            outputs = compiled(*args)
+            after(outputs, None)
+            return outputs
+
+        return run_then
+
+    def run(*args: Any) -> Any:
+        token = before(args)
+        outputs = compiled(*args)
+        after(outputs, token)
+        return outputs
+
+    return run
+
+
+def on_backward(outputs: Any, hook: Callable[[], None]) -> bool:
+    """Call `hook` on the thread that runs the backward of this call of a compiled graph, just before
+    its compiled backward runs: a pre-hook of AOTAutograd's node, ``CompiledFunctionBackward``, which
+    the graph's outputs that need a gradient share (2.11, 2.14). False where no output has it
+    (nothing needs a gradient)."""
+    for output in outputs if isinstance(outputs, (list, tuple)) else (outputs,):
+        node = getattr(output, "grad_fn", None)
+        if node is not None and node.name() == "CompiledFunctionBackward":
+            node.register_prehook(lambda grad_outputs: hook())
+            return True
+    return False
+
+
+_limit_watchers: list[Callable[[str, Any, str], None]] = []
+
+
+def recompile_limit_hits(callback: Callable[[str, Any, str], None]) -> None:
+    """Call ``callback(limit name, its value, the function)`` each time Dynamo gives up compiling a
+    function because it hit a recompile limit (after which the function runs eagerly).
+
+    Dynamo says so only in a warning of the ``torch._dynamo.convert_frame`` logger, "torch._dynamo
+    hit config.%s (%s)\n   function: %s ..." (2.8 to 2.14): a filter on that logger reads it and
+    keeps the record. Without it, a model past the limit runs without ranges and nothing says so.
+    """
+    import logging
+
+    if callback in _limit_watchers:
+        return
+    _limit_watchers.append(callback)
+    if len(_limit_watchers) > 1:
+        return
+
+    def read(record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str) and record.msg.startswith("torch._dynamo hit config.") and len(record.args or ()) >= 3:
+            limit, value, function = record.args[:3]  # type: ignore[index]
+            for watcher in list(_limit_watchers):
+                watcher(str(limit), value, str(function))
+        return True
+
+    logging.getLogger("torch._dynamo.convert_frame").addFilter(read)
+
+
+def run_outside_dynamo(function: Callable[..., Any]) -> Callable[..., Any]:
+    """`function` itself, which Dynamo will not compile as a frame of its own but still traces through
+    where compiled code calls it: ``torch._dynamo.eval_frame.skip_code`` on its code object (2.8 to
+    2.14; a hook's closures share one). Without it, Dynamo compiles a module hook that runs outside
+    any graph into a graph of its own, where ``torch.compiler.is_compiling()`` is true: the hook
+    would do nothing."""
+    from torch._dynamo.eval_frame import skip_code
+
+    skip_code(function.__code__)
+    return function
