@@ -67,7 +67,7 @@ from ..selection.plan import Plan, make_plan
 from ..selection.unselected import RuleTally
 from ..runtime.ranges import set_instance
 from .check import check_spec
-from .instances import FrameRoot, frame_root
+from .instances import FrameRoot, frame_root, same_class
 from .kernels import KernelView, kernel_view, rebase, view_from_literal, view_literal
 from . import loaded
 from .outside import OutsideCalls
@@ -77,6 +77,7 @@ if TYPE_CHECKING:
     from ..selection.explanation import Explanation
 
 __all__ = ["NvtxInductor", "PlacedGraph", "build_digest"]
+
 
 @functools.cache
 def build_digest() -> str:
@@ -92,7 +93,6 @@ def build_digest() -> str:
     for path in sorted([*package.rglob("*.py"), *package.glob("grammar/*.lark")]):
         digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
-
 
 
 @dataclass(frozen=True)
@@ -203,10 +203,8 @@ class NvtxInductor:
         before = None if frame is None else functools.partial(self._before, frame)
         return dynamo.around(compiled, before, functools.partial(self._after, number))
 
-    def _before(self, frame: FrameRoot | None, args: tuple[Any, ...]) -> str | None:
-        """Before a call of a graph: the module instance it runs for, when its code serves several."""
-        if frame is None:
-            return None
+    def _before(self, frame: FrameRoot, args: tuple[Any, ...]) -> str | None:
+        """Before a call of a graph whose code serves several module instances: the one it runs for."""
         instance = frame.instance(args)
         if instance is None:
             self._say(
@@ -315,9 +313,8 @@ class NvtxInductor:
         frame = None
         if root is not None and self._model is not None:
             modules = dict(self._model.named_modules())
-            cls = type(modules[root]) if root in modules else None
-            candidates = tuple(p for p, m in modules.items() if type(m) is cls)
-            frame = FrameRoot(root, getattr(cls, "__name__", "?"), candidates)
+            candidates = same_class(modules, root)
+            frame = FrameRoot(root, type(modules[root]).__name__ if candidates else "?", candidates)
         views = [view] if frame is None else self._views(view, frame)
         if left_out is not None:
             views = []
@@ -373,7 +370,7 @@ _limits_said: set[str] = set()
 
 
 def _recompile_limit_hit(limit: str, value: Any, function: str) -> None:
-    """Dynamo stopped compiling `function` (`internals.inductor.recompile_limit_hits`, watched once an
+    """Dynamo stopped compiling `function` (`internals.dynamo.recompile_limit_hits`, watched once an
     `NvtxInductor` exists): say so once per function, since its calls now run uncompiled, without
     the ranges of its graphs."""
     if function in _limits_said:

@@ -21,7 +21,7 @@ Promises:
   graph that takes no parameter or buffer of its root (`FrameRoot.why_not`).
 - The backward of a call is named after the instance its forward ran for
   (`runtime.ranges.set_instance`, through the autograd node of the call,
-  `internals.inductor.on_backward`).
+  `internals.dynamo.on_backward`).
 - The module calls that span the break (the root's and its ancestors') are in
   no one graph: `inductor.outside` gives them their ranges.
 """
@@ -33,7 +33,7 @@ from typing import Any, Sequence
 
 from ..internals.inductor import called_module, graph_module_stacks
 
-__all__ = ["FrameRoot", "frame_root"]
+__all__ = ["FrameRoot", "frame_root", "same_class"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,15 @@ class FrameRoot:
     def instance(self, args: Sequence[Any]) -> str | None:
         """The candidate a call with graph inputs `args` runs for; None if none is known."""
         return self.by_tensor.get(id(args[self.input_index])) if self.input_index is not None else None
+
+
+def same_class(modules: dict[str, Any], root: str) -> tuple[str, ...]:
+    """The paths of the modules of `modules` (``dict(model.named_modules())``) of `root`'s class: the
+    modules that can run a graph compiled for `root` (empty when `root` is none of them)."""
+    if root not in modules:
+        return ()
+    cls = type(modules[root])
+    return tuple(path for path, module in modules.items() if type(module) is cls)
 
 
 def frame_root(gm: Any, example_inputs: Sequence[Any], model: Any, paths: dict[str, str]) -> FrameRoot | None:
@@ -79,7 +88,7 @@ def frame_root(gm: Any, example_inputs: Sequence[Any], model: Any, paths: dict[s
         return FrameRoot("?", "?", (), why_not="its module paths do not start at one module of the compiled model")
     (root,) = roots
     cls = type(modules[root])
-    candidates = tuple(path for path, module in modules.items() if type(module) is cls)
+    candidates = same_class(modules, root)
     if candidates == (root,):
         return FrameRoot(root, cls.__name__, candidates)
     tensors = {**dict(model.named_parameters()), **dict(model.named_buffers())}

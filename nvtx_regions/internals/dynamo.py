@@ -55,7 +55,7 @@ def recompile_limit_hits(callback: Callable[[str, Any, str], None]) -> None:
     function because it hit a recompile limit (after which the function runs eagerly).
 
     Dynamo says so only in a warning of the ``torch._dynamo.convert_frame`` logger, "torch._dynamo
-    hit config.%s (%s)\n   function: %s ..." (2.8 to 2.14): a filter on that logger reads it and
+    hit config.%s (%s)\n   function: %s ..." (2.11, 2.14): a filter on that logger reads it and
     keeps the record. Without it, a model past the limit runs without ranges and nothing says so.
     """
     import logging
@@ -78,7 +78,7 @@ def recompile_limit_hits(callback: Callable[[str, Any, str], None]) -> None:
 
 def run_outside_dynamo(function: Callable[..., Any]) -> Callable[..., Any]:
     """`function` itself, which Dynamo will not compile as a frame of its own but still traces through
-    where compiled code calls it: ``torch._dynamo.eval_frame.skip_code`` on its code object (2.8 to
+    where compiled code calls it: ``torch._dynamo.eval_frame.skip_code`` on its code object (2.11,
     2.14; a hook's closures share one). Without it, Dynamo compiles a module hook that runs outside
     any graph into a graph of its own, where ``torch.compiler.is_compiling()`` is true: the hook
     would do nothing."""

@@ -121,9 +121,9 @@ class GeneratedRanges:
         """The globals the function's lines read (they never change): per ungated group its
         functions, per group its domain argument, and this object."""
         values: dict[str, Any] = {self.global_name: self}
-        for group, calls in zip(self.groups, self.calls):
+        for number, (group, calls) in enumerate(zip(self.groups, self.calls)):
             values[group.domain_argument] = calls.domain_argument
-            if group.gate is None and self.instances is None:
+            if number not in self._gated:
                 for name, function in zip((group.push, group.pop, group.start, group.end), _functions(calls)):
                     if name:
                         values[name] = function
@@ -219,7 +219,7 @@ class GeneratedRanges:
 
     def _function(self, group: int, kind: str, gates: Any) -> Callable[..., Any]:
         name = getattr(self.groups[group], kind)
-        if self.groups[group].gate is None and self.instances is None:
+        if group not in self._gated:
             return getattr(self.calls[group], kind)
         return getattr(gates, name, None) or getattr(SKIPPED, kind)
 
