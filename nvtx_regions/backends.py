@@ -65,10 +65,12 @@ def compile(
     strict: bool = False,
     thunder: Mapping[str, Any] | None = None,
     inductor: Mapping[str, Any] | None = None,
+    emit: Any = None,
 ) -> Any:
     """`model` compiled by `backend`, with the NVTX ranges the spec selects; returns what to call.
 
-    select, spec, domain, strict: as for `NvtxProfileTransform`. With neither
+    select, spec, domain, strict, emit: as for `NvtxProfileTransform` (`emit`: where the ranges
+    go, ``"nvtx"``, ``"record_function"`` for torch.profiler, or both). With neither
     `select` nor `spec`, the spec is the file in ``$NVTX_REGIONS_SPEC`` when
     set (``nvtx-regions profile`` sets it), else ``each module <**>``.
     backend: ``"eager"``, ``"thunder"`` or ``"inductor"``; None takes
@@ -94,7 +96,7 @@ def compile(
     if chosen == "eager":
         from .emission.eager import annotate
 
-        annotate(model, select, spec=spec, domain=domain, strict=strict)
+        annotate(model, select, spec=spec, domain=domain, strict=strict, emit=emit)
         return model
     if chosen == "thunder":
         from .internals.versions import require_thunder
@@ -103,7 +105,7 @@ def compile(
         from .emission.transform import NvtxProfileTransform, compiled_by
 
         arguments = dict(thunder or {})
-        ours = NvtxProfileTransform(select, spec=spec, domain=domain, strict=strict)
+        ours = NvtxProfileTransform(select, spec=spec, domain=domain, strict=strict, emit=emit)
         arguments["transforms"] = [*(arguments.get("transforms") or ()), ours]
         jitted = thunder_module.jit(model, **arguments)
         compiled_by(ours, jitted)  # so that the exit warning can tell thunder's failure from a misplaced transform
@@ -116,14 +118,14 @@ def compile(
     options = arguments.pop("options", None)
     # A function (torch.compile takes those too) has no module tree of its own to name paths by.
     tree = model if isinstance(model, torch.nn.Module) else None
-    compiler = NvtxInductor(select, spec=spec, domain=domain, strict=strict, options=options, model=tree)
+    compiler = NvtxInductor(select, spec=spec, domain=domain, strict=strict, options=options, model=tree, emit=emit)
     compiled = torch.compile(model, backend=compiler, **arguments)
     # So that nvtx_regions.explain(compiled) finds the graphs it placed ranges in.
     compiled.nvtx_regions_backend = compiler
     return compiled
 
 
-def steps(iterable: Iterable[T], *, domain: str | None = DEFAULT_DOMAIN) -> Iterator[T]:
+def steps(iterable: Iterable[T], *, domain: str | None = DEFAULT_DOMAIN, emit: Any = None) -> Iterator[T]:
     """Each item of `iterable`, the loop body around it inside an NVTX range ``step N`` (N from 0).
 
     While item N's body runs, the step clock (`runtime.clock`) is at N: the
@@ -133,14 +135,16 @@ def steps(iterable: Iterable[T], *, domain: str | None = DEFAULT_DOMAIN) -> Iter
     asks for the next one, or when it ends (``break`` and exceptions too:
     the generator is closed then). Its NVTX category is ``nvtx_regions.steps``
     (one row in a per-rule summary). `domain`: the spec's NVTX domain, so that
-    ``nvtx-regions profile`` (and nsys's domain filter) sees the steps. Ranges
+    ``nvtx-regions profile`` (and nsys's domain filter) sees the steps; `emit`: where they go,
+    as for `compile` (None: ``$NVTX_REGIONS_EMIT``, else NVTX). Ranges
     that a failed eager backward left open in the step are closed before it ends.
     """
     from .runtime.clock import StepLoop
     from .runtime.domain import Domain, calls_of
     from .runtime.ranges import close_left_open
+    from .runtime.sinks import chosen_sinks
 
-    marks = Domain(domain)
+    marks = Domain(domain, chosen_sinks(emit, where="steps"))
     calls = calls_of(marks)
     loop = StepLoop()
     try:

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["BACKENDS", "DEFAULT_SELECT", "ENV_BACKEND", "ENV_SPEC", "STEP_CATEGORY", "step_message", "step_number"]
+__all__ = [
+    "BACKENDS", "DEFAULT_SELECT", "ENV_BACKEND", "ENV_SPEC", "ENV_EMIT", "SINKS", "STEP_CATEGORY",
+    "emit_sinks", "step_message", "step_number",
+]  # fmt: skip
 
 BACKENDS = ("eager", "thunder", "inductor")
 # The spec of `compile`, `annotate` and `NvtxInductor` when given none: every module, forward and
@@ -21,6 +24,9 @@ DEFAULT_SELECT = "each module <**>"
 # Set by `nvtx-regions profile` for each run of the user's command.
 ENV_BACKEND = "NVTX_REGIONS_BACKEND"
 ENV_SPEC = "NVTX_REGIONS_SPEC"
+# Where ranges go (`emit=`, ``--emit``): NVTX, torch.profiler's record_function, or both.
+ENV_EMIT = "NVTX_REGIONS_EMIT"
+SINKS = ("nvtx", "record_function")
 # The NVTX category of the step ranges: one row in a per-rule summary (rules' categories are their labels).
 STEP_CATEGORY = "nvtx_regions.steps"
 
@@ -36,3 +42,26 @@ def step_number(message: str | None) -> int | None:
     """The step number of a step range's message; None for any other message."""
     match = _STEP.fullmatch(message or "")
     return int(match[1]) if match else None
+
+
+def emit_sinks(emit: object, *, where: str) -> tuple[str, ...]:
+    """The sinks `emit` names, in `SINKS` order: ``"nvtx"``, ``"record_function"``, a tuple or list of
+    them, or their names joined by commas (``$NVTX_REGIONS_EMIT``, ``--emit``).
+
+    Raises ValueError naming `where` (``emit=``, ``$NVTX_REGIONS_EMIT``, ``--emit``) and the accepted values.
+    """
+    if isinstance(emit, str):
+        names = [name.strip() for name in emit.split(",")]
+    elif isinstance(emit, (tuple, list)) and all(isinstance(name, str) for name in emit):
+        names = list(emit)
+    else:
+        names = None
+    wrong = None if names else emit
+    if names:
+        wrong = next((name for name in names if name not in SINKS), None)
+    if not names or wrong is not None:
+        raise ValueError(
+            f"{where}{wrong!r} is not a place for ranges; choose 'nvtx', 'record_function', "
+            "or both ('nvtx,record_function'; in Python also ('nvtx', 'record_function'))"
+        )
+    return tuple(sink for sink in SINKS if sink in names)

@@ -69,6 +69,7 @@ from .eager_view import module_views
 from ..runtime.clock import current_rank, current_step, watch_step_gates
 from ..runtime.domain import Domain, calls_of
 from ..runtime.ranges import leave_open
+from ..runtime.sinks import NVTX_ONLY, chosen_sinks
 
 __all__ = ["annotate", "EagerAnnotation", "EagerRule"]
 
@@ -111,12 +112,14 @@ class EagerAnnotation:
     `explain()` says what each rule selected; `messages` lists the ranges of a step.
     """
 
-    def __init__(self, model: Any, compiled: CompiledSpec, domain: str | None, *, strict: bool = False) -> None:
+    def __init__(
+        self, model: Any, compiled: CompiledSpec, domain: str | None, *, strict: bool = False, sinks: tuple[str, ...] = NVTX_ONLY
+    ) -> None:
         self.model = model
         self.compiled = restrict(compiled, "eager")
         self.rules = [EagerRule(rule) for rule in self.compiled.rules]
         self.domain_name = domain
-        self.domain = Domain(domain)
+        self.domain = Domain(domain, sinks)
         self._calls = calls_of(self.domain)
         watch_step_gates(self.compiled.rules)
         self.steps = 0
@@ -356,12 +359,15 @@ def annotate(
     spec: Any = None,
     domain: str | None = DEFAULT_DOMAIN,
     strict: bool = False,
+    emit: Any = None,
 ) -> EagerAnnotation:
     """Put NVTX ranges on the module calls of an eager `model` that the spec selects.
 
     `select`, `spec` (a ``.nvtx`` file) and `domain` mean what they mean for
     `NvtxProfileTransform`; with neither `select` nor `spec` the spec is
-    ``each module <**>`` (every module). Returns an `EagerAnnotation`:
+    ``each module <**>`` (every module). `emit`: where the ranges go, ``"nvtx"``,
+    ``"record_function"`` (torch.profiler) or both (None: ``$NVTX_REGIONS_EMIT``, else
+    NVTX). Returns an `EagerAnnotation`:
     call ``remove()`` or use it as a context manager.
 
     Raises `SelectorSyntaxError` for text that does not parse and
@@ -377,5 +383,6 @@ def annotate(
         raise TypeError(f"domain= takes a str or None, not {type(domain).__name__}")
     if not hasattr(model, "named_modules") or not hasattr(model, "register_forward_pre_hook"):
         raise TypeError(f"annotate() takes a torch.nn.Module, not {type(model).__name__}")
+    sinks = chosen_sinks(emit, where="annotate")
     parsed = given_spec(select, spec, default=DEFAULT_SELECT, where="annotate", strict=bool(strict), stacklevel=2)
-    return EagerAnnotation(model, compile_spec(parsed), domain, strict=bool(strict))
+    return EagerAnnotation(model, compile_spec(parsed), domain, strict=bool(strict), sinks=sinks)

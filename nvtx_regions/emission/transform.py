@@ -44,6 +44,7 @@ from .nothing_selected import NothingSelectedCheck
 from .rewrite import annotate_trace
 from ..runtime.clock import watch_step_gates
 from ..runtime.domain import Domain
+from ..runtime.sinks import NVTX_ONLY, chosen_sinks
 
 MESSAGE_STYLES = ("python", "module")
 
@@ -88,6 +89,10 @@ class NvtxProfileTransform(Transform):
             line of Python, as thunder's transform does. ``"module"``: the
             module path and the op's name, e.g.
             ``transformer.h.0.attn.c_attn: linear``.
+        emit: where the ranges go: ``"nvtx"``, ``"record_function"``
+            (torch.profiler's ranges) or both, as a tuple (None:
+            ``$NVTX_REGIONS_EMIT``, else NVTX). ``each marker`` ranges go
+            there too.
 
     `reports` holds a `TraceReport` for each of the latest `REPORTS_KEPT`
     traces transformed. A copy (`copy.deepcopy`, `pickle`) is the
@@ -111,6 +116,7 @@ class NvtxProfileTransform(Transform):
         domain: str | None = DEFAULT_DOMAIN,
         strict: bool = False,
         messages: str = "python",
+        emit: Any = None,
     ) -> None:
         if select is not None and not isinstance(select, str):
             raise TypeError(f"select= takes spec text (str), not {type(select).__name__}")
@@ -119,6 +125,7 @@ class NvtxProfileTransform(Transform):
         if messages not in MESSAGE_STYLES:
             raise ValueError(f"messages= is one of {', '.join(map(repr, MESSAGE_STYLES))}, not {messages!r}")
         self.messages = messages
+        self.sinks = chosen_sinks(emit, where="NvtxProfileTransform")
         self.select = select
         self.spec_path = None if spec is None else os.fspath(spec)
         self.domain_name = domain
@@ -138,7 +145,7 @@ class NvtxProfileTransform(Transform):
         if len(text) > 200:
             text = text[:200] + f"... ({len(self.spec.rules)} rules)"
         self._summary = json.dumps(text, ensure_ascii=False)  # for provenance
-        self.domain = Domain(self.domain_name)
+        self.domain = Domain(self.domain_name, self.sinks)
         self._marker_domains: dict[str | None, Domain] = {}  # the users' own domains of `each marker` ranges
         # The latest REPORTS_KEPT traces; check() counts every trace seen, in _ranges_seen.
         self.reports: collections.deque[TraceReport] = collections.deque(maxlen=REPORTS_KEPT)
@@ -169,12 +176,13 @@ class NvtxProfileTransform(Transform):
         no reports, as if just created; the original keeps its own."""
         self._copied = True
         return {"select": self.select, "spec_path": self.spec_path, "domain": self.domain_name,
-                "strict": self.strict, "spec": self.spec, "messages": self.messages}
+                "strict": self.strict, "spec": self.spec, "messages": self.messages, "sinks": self.sinks}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.select, self.spec_path = state["select"], state["spec_path"]
         self.domain_name, self.strict = state["domain"], state["strict"]
         self.messages = state.get("messages", "python")
+        self.sinks = state.get("sinks", NVTX_ONLY)
         self._setup(state["spec"])
         self._copied = True
 
@@ -190,6 +198,8 @@ class NvtxProfileTransform(Transform):
             args.append("strict=True")
         if self.messages != "python":
             args.append(f"messages={self.messages!r}")
+        if self.sinks != NVTX_ONLY:
+            args.append(f"emit={self.sinks!r}")
         return f"nvtx_regions.NvtxProfileTransform({', '.join(args)})"
 
     # -- thunder entry point -------------------------------------------------
@@ -244,7 +254,7 @@ class NvtxProfileTransform(Transform):
         """The `Domain` of a user's marker's domain `name`, kept for the transform's life."""
         found = self._marker_domains.get(name)
         if found is None:
-            found = self._marker_domains[name] = Domain(name)
+            found = self._marker_domains[name] = Domain(name, self.sinks)
         return found
 
     def _op_message(self, view: TraceView, index: int, bsym: BoundSymbol) -> str:

@@ -66,6 +66,7 @@ from ..language.tree import render
 from ..selection.plan import Plan, make_plan
 from ..selection.unselected import RuleTally
 from ..runtime.ranges import set_instance
+from ..runtime.sinks import chosen_sinks
 from .check import check_spec
 from .instances import FrameRoot, frame_root, same_class
 from .kernels import KernelView, kernel_view, rebase, view_from_literal, view_literal
@@ -108,7 +109,9 @@ class NvtxInductor:
     """A ``torch.compile`` backend: Inductor, with the ranges of `select` (spec text) and/or `spec`
     (a ``.nvtx`` file) in the generated wrapper (see the module doc); with neither, ``each module <**>``.
 
-    `domain`: the NVTX domain (None: NVTX's default one). `options`: Inductor
+    `domain`: the NVTX domain (None: NVTX's default one). `emit`: where the ranges go,
+    ``"nvtx"``, ``"record_function"`` (torch.profiler) or both (`runtime.sinks`; None:
+    ``$NVTX_REGIONS_EMIT``, else NVTX). `options`: Inductor
     options, as ``torch.compile(options=)``. `model`: the model ``torch.compile``
     compiles (`nvtx_regions.compile` passes it): module paths are then its
     ``named_modules()`` paths even where Dynamo compiles a submodule's
@@ -125,6 +128,7 @@ class NvtxInductor:
         strict: bool = False,
         options: dict[str, Any] | None = None,
         model: Any = None,
+        emit: Any = None,
     ) -> None:
         if model is not None and not callable(getattr(model, "named_modules", None)):
             raise TypeError(
@@ -132,6 +136,7 @@ class NvtxInductor:
                 f"paths; got {type(model).__name__}. Pass the module, or leave model out when compiling a function"
             )
         internals.check_reaches()
+        self.sinks = chosen_sinks(emit, where="NvtxInductor")
         parsed = given_spec(select, spec, default=DEFAULT_SELECT, where="NvtxInductor", strict=strict, stacklevel=2)
         self.compiled = check_spec(parsed, strict=strict, stacklevel=2)
         watch_step_gates(self.compiled.rules)
@@ -141,7 +146,7 @@ class NvtxInductor:
         self.options = dict(options or {})
         self._paths = None if model is None else internals.module_paths(model)
         # The calls that run outside every graph (a graph break) get their ranges from hooks.
-        self._outside = None if model is None else OutsideCalls(self.compiled, model, domain)
+        self._outside = None if model is None else OutsideCalls(self.compiled, model, domain, self.sinks)
         self.graphs: list[PlacedGraph] = []
         self._tally = RuleTally(self.compiled)
         self._calls: dict[str, int] = {}  # Dynamo's module call keys -> call numbers
@@ -157,7 +162,7 @@ class NvtxInductor:
         text = "\n".join(render(rule) for rule in parsed.rules)
         # The model's paths name the ranges too (they decide a message where the frame is a submodule's).
         tree = "" if self._paths is None else "\n".join(f"{p}:{type(m).__name__}" for p, m in model.named_modules())
-        digest = hashlib.sha256(f"{build_digest()}\0{domain!r}\0{text}\0{tree}".encode()).hexdigest()[:24]
+        digest = hashlib.sha256(f"{build_digest()}\0{domain!r}\0{self.sinks}\0{text}\0{tree}".encode()).hexdigest()[:24]
         self.cache_key = f"nvtx_regions:{digest}"
         loaded.register(self.cache_key, self)
         dynamo.recompile_limit_hits(_recompile_limit_hit)
@@ -289,11 +294,11 @@ class NvtxInductor:
         left_out = frame.why_not if frame is not None else None
         report = (self.cache_key, number, phase, inference, root, left_out, view_literal(view))
         if left_out is not None:
-            return placement(Plan(phase, view.name, (), ()), view, self.compiled, self.domain, report=report)  # type: ignore[arg-type]
+            return placement(Plan(phase, view.name, (), ()), view, self.compiled, self.domain, report=report, sinks=self.sinks)  # type: ignore[arg-type]
         instances = None
         if frame is not None and not frame.fixed:
             instances = {instance: (p, v) for instance, v, p in zip(frame.candidates, views, plans)}
-        return placement(plans[0], views[0], self.compiled, self.domain, report=report, instances=instances)
+        return placement(plans[0], views[0], self.compiled, self.domain, report=report, instances=instances, sinks=self.sinks)
 
     def _views(self, view: KernelView, frame: FrameRoot | None) -> list[KernelView]:
         """`view` as each module instance that runs its graph sees it (`inductor.instances`)."""

@@ -43,6 +43,7 @@ from ..internals.dynamo import run_outside_dynamo
 from ..runtime.clock import current_rank, current_step
 from ..runtime.domain import Domain, calls_of
 from ..runtime.ranges import leave_open
+from ..runtime.sinks import NVTX_ONLY
 from ..selection.compile import CompiledSpec, EachRule
 from ..selection.plan import make_plan
 
@@ -54,8 +55,8 @@ _installed: "weakref.WeakKeyDictionary[Any, OutsideCalls]" = weakref.WeakKeyDict
 class OutsideCalls:
     """The hooks that give a module call outside every graph its ranges (see the module doc)."""
 
-    def __init__(self, compiled: CompiledSpec, model: Any, domain: str | None) -> None:
-        self.domain = Domain(domain)
+    def __init__(self, compiled: CompiledSpec, model: Any, domain: str | None, sinks: tuple[str, ...] = NVTX_ONLY) -> None:
+        self.domain = Domain(domain, sinks)
         self._calls = calls_of(self.domain)
         self._local = threading.local()
         self._handles: list[Any] = []

@@ -25,6 +25,7 @@ from __future__ import annotations
 from ..core.naming import rule_category, rule_color
 from ..internals.inductor import Placement
 from ..selection.compile import CompiledSpec, Gate
+from ..runtime.sinks import NVTX_ONLY
 from ..selection.plan import Plan, PlannedRange
 from .kernels import KernelView
 from .runtime import NAMES, gate_text
@@ -44,11 +45,14 @@ def placement(
     *,
     report: tuple,
     instances: dict[str, tuple[Plan, KernelView]] | None = None,
+    sinks: tuple[str, ...] = NVTX_ONLY,
 ) -> Placement:
     """The lines that put `plan`'s ranges into the wrapper of `view`'s graph, and the header that
     hands `report` to the backend when the wrapper loads (see the module doc). For code that runs
     for several module instances, `instances` gives each one's plan and view instead: instances whose
-    plans differ only in their names share lines; each other set of ranges gets lines of its own."""
+    plans differ only in their names share lines; each other set of ranges gets lines of its own.
+    `sinks`: where the ranges go (`runtime.sinks`); the header names them unless NVTX alone."""
+    sinks_line = [] if sinks == NVTX_ONLY else [f"    sinks={sinks!r},"]
     sets: list[tuple[Plan, KernelView, frozenset[str] | None]] = [(plan, view, None)]
     if instances is not None:
         shapes: dict[tuple, list[str]] = {}
@@ -58,7 +62,7 @@ def placement(
     if all(its_plan.empty for its_plan, _, _ in sets):
         header = [
             "from nvtx_regions.inductor.runtime import graph_ranges",
-            f"{NAMES.ranges} = graph_ranges({domain!r}, [], [], [], graph={report!r})",
+            f"{NAMES.ranges} = graph_ranges({domain!r}, [], [], [], graph={report!r})",  # no range: no sink
         ]
         return Placement({}, {}, header, prelude=[], guard=NAMES.ranges, error=NAMES.error)
     by_instance = instances is not None
@@ -112,6 +116,7 @@ def placement(
         f"    {gates!r},",
         f"    graph={report!r},",
         *([f"    instances={messages!r},", f"    on_for={on_for!r},"] if by_instance else []),
+        *sinks_line,
         ")",
         f"globals().update({NAMES.ranges}.globals())  # {NAMES.domain}, nvtx_regions_push, nvtx_regions_attr_N, ...",
     ]

@@ -30,6 +30,7 @@ from typing import Sequence
 
 from ..runtime.domain import Domain
 from ..runtime.ranges import GeneratedRanges, Group, Line
+from ..runtime.sinks import NVTX_ONLY
 from ..selection.compile import Gate
 from .loaded import graph_loaded
 
@@ -76,15 +77,17 @@ def graph_ranges(
     graph: tuple | None = None,
     instances: dict[str, Sequence[str | None]] | None = None,
     on_for: Sequence[Sequence[str] | None] | None = None,
+    sinks: tuple[str, ...] = NVTX_ONLY,
 ) -> GeneratedRanges:
     """The runtime of one wrapper's ranges, from its header's literals (see the module doc).
 
     `graph`: what the wrapper's backend placed (`NvtxInductor` is told, `backend.graph_loaded`);
     `instances`: per module instance the code runs for, each range's message (None: not its range),
-    and `on_for`: per group, the instances it is on for (`runtime.ranges`)."""
+    and `on_for`: per group, the instances it is on for (`runtime.ranges`); `sinks`: where the
+    ranges go (`runtime.sinks`)."""
     if graph is not None:
         graph_loaded(graph)
-    own = Domain(domain)
+    own = Domain(domain, tuple(sinks))
     groups = []
     for number, text in enumerate(gates):
         gate = None if text is None else frozenset(Gate(None if r is None else frozenset(r), a, b) for r, a, b in text)

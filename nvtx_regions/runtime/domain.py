@@ -1,9 +1,11 @@
-"""One NVTX domain, its ranges' prebuilt event attributes, and the functions that push and pop them.
+"""One NVTX domain and the sinks its ranges go to, their prebuilt attributes, and the functions
+that push and pop them.
 
-`Domain(name)` builds nvtx's domain on first use; `name=None` is NVTX's
-default domain (where ``torch.cuda.nvtx`` writes). `calls_of(domain)` gives
-the four functions generated code and hooks call, and the domain argument
-they take:
+`Domain(name, sinks)` builds nvtx's domain on first use; `name=None` is NVTX's
+default domain (where ``torch.cuda.nvtx`` writes). `sinks` (`runtime.sinks`):
+``("nvtx",)``, the default, ``("record_function",)`` or both. `calls_of(domain)`
+gives the four functions generated code and hooks call, and the domain argument
+they take, whatever the sinks:
 
 - ``push(attributes, domain_argument)`` and ``pop()``: the nvtx package's C
   functions (the pop with its domain bound), so a range pushes no Python frame;
@@ -11,7 +13,8 @@ they take:
 
 With no NVTX tool attached, nvtx hands out a dummy domain, and the four are
 C callables that do nothing (`SKIP_PUSH`, ...). A closed gate uses the same
-stand-ins.
+stand-ins. A range's attributes are nvtx's event attributes for the NVTX sink,
+its message for record_function, and the pair of them for both.
 """
 
 from __future__ import annotations
@@ -23,8 +26,9 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..internals.nvtx_calls import c_push_pop, c_start_end, unasked_domain
+from .sinks import NVTX_ONLY, record_function_calls
 
-__all__ = ["Domain", "NvtxCalls", "calls_of", "nvtx_domain", "SKIP_PUSH", "SKIP_POP", "SKIP_START", "SKIP_END", "SKIPPED"]
+__all__ = ["Domain", "NvtxCalls", "calls_of", "nvtx_calls", "nvtx_domain", "SKIP_PUSH", "SKIP_POP", "SKIP_START", "SKIP_END", "SKIPPED"]
 
 # C callables standing in for push(attributes, domain) and pop() when a gate is closed or
 # no tool is attached: no Python frame, no effect, no allocation (an empty dict's `get`
@@ -45,11 +49,13 @@ SKIP_END = {}.get  # takes the (0, None) that SKIP_START gave
 class Domain:
     """One NVTX domain and the event attributes built for it, created on first use.
 
-    `name=None` is NVTX's default domain (where ``torch.cuda.nvtx`` writes).
+    `name=None` is NVTX's default domain (where ``torch.cuda.nvtx`` writes); `sinks`: where its
+    ranges go (`runtime.sinks`).
     """
 
-    def __init__(self, name: str | None) -> None:
+    def __init__(self, name: str | None, sinks: tuple[str, ...] = NVTX_ONLY) -> None:
         self.name = name
+        self.sinks = sinks
         self._handle: Any = None
         self._lock = threading.Lock()
 
@@ -68,11 +74,15 @@ class Domain:
         return hasattr(self.handle, "handle")
 
     def attributes(self, message: str, *, color: int | None = None, category: str | None = None) -> Any:
-        """Prebuilt event attributes: message as a registered string, colour, named category
-        (None where no tool is attached: nothing will be emitted)."""
+        """What a range's push takes: for NVTX, prebuilt event attributes (message as a registered
+        string, colour, named category; None where no tool is attached: nothing will be emitted);
+        for record_function, the message; for both, the pair."""
+        if "nvtx" not in self.sinks:
+            return message
         handle = self.handle
         category_id = handle.get_category_id(category) if category else None
-        return handle.get_event_attributes(message=message, color=color, category=category_id)
+        attributes = handle.get_event_attributes(message=message, color=color, category=category_id)
+        return attributes if self.sinks == NVTX_ONLY else (attributes, message)
 
 
 def nvtx_domain(name: str | None) -> Any:
@@ -111,7 +121,38 @@ SKIPPED = NvtxCalls(SKIP_PUSH, SKIP_POP, SKIP_START, SKIP_END, None)
 
 
 def calls_of(domain: Domain) -> NvtxCalls:
-    """The functions of `domain`'s ranges: nvtx's C functions when a tool records the domain, else `SKIPPED`.
+    """The functions of `domain`'s ranges, for its sinks (see the module doc)."""
+    if domain.sinks == NVTX_ONLY:
+        return nvtx_calls(domain)
+    push, pop, start, end = record_function_calls()
+    if "nvtx" not in domain.sinks:
+        return NvtxCalls(push, pop, start, end, None)
+    nvtx = nvtx_calls(domain)
+    if nvtx is SKIPPED:  # no NVTX tool: the pairs' messages go to record_function alone
+        return NvtxCalls(
+            lambda pair, _: push(pair[1]), pop, lambda pair, _: start(pair[1]), end, None
+        )
+
+    def push_both(pair: Any, domain_argument: Any) -> None:
+        nvtx.push(pair[0], domain_argument)
+        push(pair[1])
+
+    def pop_both() -> None:
+        pop()
+        nvtx.pop()
+
+    def start_both(pair: Any, domain_argument: Any) -> tuple[Any, Any]:
+        return (nvtx.start(pair[0], domain_argument), start(pair[1]))
+
+    def end_both(nvtx_started: Any, profiler_started: Any) -> None:
+        end(*profiler_started)
+        nvtx.end(*nvtx_started)
+
+    return NvtxCalls(push_both, pop_both, start_both, end_both, nvtx.domain_argument)
+
+
+def nvtx_calls(domain: Domain) -> NvtxCalls:
+    """The functions of `domain`'s NVTX ranges: nvtx's C functions when a tool records the domain, else `SKIPPED`.
 
     The pop has the handle bound (`functools.partial`, C too): its line loads one
     global less, which matters more in a large trace than the partial's few ns.
