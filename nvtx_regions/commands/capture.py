@@ -41,6 +41,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -156,10 +157,14 @@ def run_capture(
     by: str = "message",
     raw_dir: str | os.PathLike[str] | None = None,
     mode: str = "events",
+    env: Mapping[str, str] | None = None,
+    stderr_copy: Path | None = None,
 ) -> CaptureOutcome:
     """Run `command` under the capture tool; write the Chrome trace to `output`; return the outcome.
 
-    raw_dir: keep the per-process event files there (default: a temporary
+    env: the command's environment, before the capture tool's variables
+    (default: this process's). stderr_copy: a file that gets a copy of the
+    command's stderr (`child.run_child`). raw_dir: keep the per-process event files there (default: a temporary
     directory, removed afterwards, and removed by a later run if this process
     was killed). When `output` cannot be written once the command has ended,
     the trace is written into the capture directory instead, which is then
@@ -174,9 +179,10 @@ def run_capture(
         tool = build_tool()
     except CaptureUnavailable as error:
         raise UsageError(f"the NVTX capture tool cannot be built here: {error}") from None
-    if os.environ.get(ENV_INJECTION) and "nvtx_capture-" not in os.environ[ENV_INJECTION]:
+    env = os.environ if env is None else env
+    if env.get(ENV_INJECTION) and "nvtx_capture-" not in env[ENV_INJECTION]:
         raise UsageError(
-            f"{ENV_INJECTION} already names another NVTX tool ({os.environ[ENV_INJECTION]}); "
+            f"{ENV_INJECTION} already names another NVTX tool ({env[ENV_INJECTION]}); "
             "NVTX takes one tool per process: unset it, or do not run capture under Nsight"
         )
     remove_dir = raw_dir is None
@@ -186,8 +192,8 @@ def run_capture(
         stale.unlink()
     output = Path(output)
     try:
-        env = {**os.environ, ENV_INJECTION: str(tool), ENV_DIR: str(directory), ENV_MODE: mode}
-        returncode = run_child(command, env)
+        attached = {**env, ENV_INJECTION: str(tool), ENV_DIR: str(directory), ENV_MODE: mode}
+        returncode = run_child(command, attached, stderr_copy=stderr_copy)
         try:
             return CaptureOutcome(returncode, _write_trace(directory, output, by), output)
         except OSError as error:

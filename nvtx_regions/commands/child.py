@@ -1,8 +1,10 @@
-"""Running the user's command as a child process: signal forwarding, the child's
-death with ours, private temporary folders, and how a child ended, in words.
-Shared by the commands that run another command (capture, explain); the
-command after ``--`` is split off by `commands.main`, and exit statuses are
-`commands.status`'s."""
+"""Running the user's command as a child process: the one runner of every command that
+runs another (capture, explain, nsys --run, profile). Its environment goes through
+``env=``, never through this process's ``os.environ``; its stderr is its own, or read
+from a pipe and copied to a file as it is shown (``stderr_copy``). Also: signal
+forwarding, the child's death with ours, private temporary folders, and how a child
+ended, in words. The command after ``--`` is split off by `commands.main`, and exit
+statuses are `commands.status`'s."""
 
 from __future__ import annotations
 
@@ -14,7 +16,10 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
+from collections.abc import Mapping
 from pathlib import Path
+from typing import IO
 
 from .status import UsageError
 
@@ -98,20 +103,50 @@ def private_tempdir(prefix: str) -> Path:
         raise UsageError(f"cannot create a temporary folder ({error}); set TMPDIR to a folder you can write to") from None
 
 
-def run_child(command: list[str], env: dict[str, str]) -> int:
-    """Run `command` with inherited stdio and return its returncode.
+def _pump(source: IO[bytes], copy: Path) -> threading.Thread:
+    """A thread that shows what `source` gives on this process's stderr and writes it to `copy`, until EOF."""
+    terminal = sys.stderr.fileno()
+
+    def pump() -> None:
+        with source, open(copy, "wb") as kept:
+            while chunk := source.read1(65536):
+                os.write(terminal, chunk)
+                kept.write(chunk)
+
+    thread = threading.Thread(target=pump, name="nvtx-regions-stderr", daemon=True)
+    thread.start()
+    return thread
+
+
+# How long the copy of stderr waits, after the command ended, for the processes it left
+# behind (a daemon it started holds the pipe too) to close their end.
+_STDERR_GRACE_S = 10
+
+
+def run_child(command: list[str], env: Mapping[str, str], *, stderr_copy: Path | None = None) -> int:
+    """Run `command` with environment `env` and return its returncode.
+
+    Its stdin and stdout are this process's; so is its stderr, unless
+    `stderr_copy` is given: then its stderr (and that of every process it
+    starts) is read from a pipe, shown here as it comes and written to that
+    file, which is whole when this returns (or after a grace of 10 s for
+    processes the command left behind).
 
     While it runs, this process outlives SIGINT (Ctrl-C at a terminal reaches
     the command through its process group; the command decides), forwards
     SIGTERM and SIGHUP to it, and, on Linux, takes it down if this process is
-    killed (the child gets SIGTERM).
+    killed (the child gets SIGTERM). Raises `UsageError` when it cannot start.
     """
+    sys.stderr.flush()
     try:
-        proc = subprocess.Popen(command, env=env, preexec_fn=_die_with_parent())
+        proc = subprocess.Popen(
+            command, env=dict(env), preexec_fn=_die_with_parent(), stderr=subprocess.PIPE if stderr_copy else None
+        )
     except FileNotFoundError:
         raise UsageError(f"cannot run {command[0]!r}: no such program (is it on PATH?)") from None
     except PermissionError:
         raise UsageError(f"cannot run {command[0]!r}: not executable") from None
+    pump = _pump(proc.stderr, stderr_copy) if stderr_copy is not None and proc.stderr is not None else None
 
     def forward(signum, _frame):
         if proc.poll() is None:
@@ -131,3 +166,5 @@ def run_child(command: list[str], env: dict[str, str]) -> int:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+        if pump is not None:
+            pump.join(timeout=_STDERR_GRACE_S)

@@ -45,7 +45,6 @@ import argparse
 import os
 import re
 import shlex
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -55,7 +54,8 @@ from typing import Any
 from ..core.naming import ANY_DOMAIN, DEFAULT_DOMAIN
 from ..core.profiling import ENV_SPEC, step_number
 from ..language.tree import Spec, render
-from ..selection.compile import CompiledRule, EachMarkerRule, RegionRule, compile_spec
+from ..internals import torchrun
+from ..selection.compile import CompiledRule, CompiledSpec, EachMarkerRule, RegionRule, compile_spec
 from .domain import DEFAULT_DOMAIN_WORD, add_domain_option, domain_word
 from .status import OK, PROBLEM_FOUND, UsageError, child_status
 
@@ -156,97 +156,142 @@ def _capture_rule(rules: Sequence[CompiledRule]) -> RegionRule | None:
     return None
 
 
-def _torchrun_start(command: list[str]) -> int | None:
-    """Where torchrun's own arguments start in `command`, or None when it is not a torchrun command."""
-    if os.path.basename(command[0]) == "torchrun":
-        return 1
-    for i in range(1, len(command) - 1):
-        if command[i : i + 2] == ["-m", "torch.distributed.run"]:
-            return i + 2
-        if not command[i].startswith("-"):  # the interpreter's options end here
-            return None
-    return None
-
-
-# pip writes `#!/bin/sh` and this second line when the interpreter's path is too long for `#!`.
-_SH_EXEC = re.compile(r"""^'''exec' "?(?P<python>[^"]+?)"? "\$0" "\$@"$""")
-
-
-def _script_interpreter(script: str) -> str | None:
-    """The interpreter a console script such as ``torchrun`` runs under, from its first lines."""
-    try:
-        with open(script, "rb") as f:
-            head = f.read(1024).decode("utf-8", "replace").splitlines()
-    except OSError:
-        return None
-    if not head or not head[0].startswith("#!"):
-        return None
-    words = head[0][2:].split()
-    if not words:
-        return None
-    if os.path.basename(words[0]) == "env" and len(words) > 1:
-        return words[1]  # `#!/usr/bin/env python3`: the same name, found on PATH as the script's is
-    if os.path.basename(words[0]) == "sh":
-        match = next(filter(None, (_SH_EXEC.match(line) for line in head[1:3])), None)
-        return match["python"] if match else None
-    return words[0]
-
-
-def _worker_python(command: list[str], start: int) -> str:
-    """The interpreter torchrun runs each worker with: ``$PYTHON_EXEC``, else its own ``sys.executable``."""
-    if os.environ.get("PYTHON_EXEC"):
-        return os.environ["PYTHON_EXEC"]
-    if start > 1:  # `PYTHON [options] -m torch.distributed.run`: that interpreter
-        return command[0]
-    script = command[0] if os.sep in command[0] else shutil.which(command[0])
-    interpreter = _script_interpreter(script) if script else None
-    if interpreter is None:
-        raise UsageError(
-            f"cannot tell which Python {command[0]!r} runs its workers with (not found, or no #! line); "
-            "give its path (e.g. .venv/bin/torchrun), or use PYTHON -m torch.distributed.run"
-        )
-    return interpreter
-
-
 def split_torchrun(command: Sequence[str]) -> tuple[list[str], list[str]] | None:
-    """For a torchrun command: (launcher part, the program each worker runs); else None.
-
-    Uses torchrun's own argument parser, so every torchrun option form works,
-    and its errors come out as torchrun's (then `UsageError`). The worker
-    program is what torchrun would run: ``PYTHON -u SCRIPT ARGS``,
-    ``PYTHON -u -m MODULE ARGS``, or the program itself under ``--no-python``,
-    where PYTHON is ``$PYTHON_EXEC`` or torchrun's own interpreter (the one
-    in its ``#!`` line, or the one before ``-m torch.distributed.run``).
-    """
-    command = list(command)
-    start = _torchrun_start(command) if command else None
-    if start is None:
-        return None
-    from torch.distributed.run import get_args_parser
-
-    parser = get_args_parser()
-    parser.prog = os.path.basename(command[0]) if start == 1 else shlex.join(command[:start])
+    """`internals.torchrun.split_torchrun`: (launcher part, the program each worker runs) of a
+    torchrun command, else None; a command it cannot split is a `UsageError`."""
     try:
-        args = parser.parse_args(command[start:])
-    except SystemExit:
-        raise UsageError(
-            f"{parser.prog} cannot parse its arguments (its message is above); fix them, then run this again"
-        ) from None
-    tail = 1 + len(args.training_script_args)
-    options = command[start : len(command) - tail]  # torchrun's own, less those that choose the worker program
-    if args.no_python:
-        worker = [args.training_script, *args.training_script_args]
-    elif args.module:
-        worker = [_worker_python(command, start), "-u", "-m", args.training_script, *args.training_script_args]
-    else:
-        worker = [_worker_python(command, start), "-u", args.training_script, *args.training_script_args]
-    chooser = {"--no-python", "--no_python", "-m", "--module", "--run-path", "--run_path"}
-    return [*command[:start], *(w for w in options if w not in chooser)], worker
+        return torchrun.split_torchrun(command)
+    except torchrun.TorchrunError as error:
+        raise UsageError(str(error)) from None
 
 
 def _domain_value(domain: str | None) -> str:
     # The guide: `default` names the default domain (our --domain word too); commas in a name are escaped.
     return DEFAULT_DOMAIN_WORD if domain is None else domain.replace(",", "\\,")
+
+
+def _record_flags(compiled: CompiledSpec, domain: str | None) -> tuple[list[Flag], list[str]]:
+    """(flags, notes) of what nsys records: NVTX and CUDA, only the spec's NVTX `domain` (every
+    domain where the spec re-emits the user's markers, in their own domains), no sampling."""
+    flags = [
+        Flag(
+            "--trace=cuda,nvtx",
+            "record NVTX ranges and the CUDA API calls and kernels under them "
+            f"({CHECKED}; on a machine without CUDA it records the NVTX ranges alone, without error)",
+            f"{GUIDE}: --trace",
+        ),
+    ]
+    notes = []
+    markers = [rule for rule in compiled.rules if isinstance(rule, EachMarkerRule)]
+    if markers:
+        notes.append(
+            f"no --nvtx-domain-include: rule {render(markers[0].rule)!r} re-emits your markers in their own NVTX domains"
+        )
+    else:
+        flags.append(
+            Flag(
+                f"--nvtx-domain-include={_domain_value(domain)}",
+                f"keep only NVTX events of the spec's domain ({'the default domain' if domain is None else repr(domain)}; {CHECKED})",
+                f"{GUIDE}: --nvtx-domain-include",
+            )
+        )
+    return [*flags, *SAMPLING_OFF], notes
+
+
+def _capture_flags(compiled: CompiledSpec, domain: str | None, *, torchrun: bool) -> tuple[list[Flag], list[str]]:
+    """(flags, notes) that collect only the steps of the first labelled region rule with a steps gate
+    (`_capture_rule`): no flags when there is none, and a note for each gate that cannot start a collection.
+
+    A bounded gate ends a single process with the last collection; under `torchrun` every rank runs to
+    its end. Raises `UsageError` for a label or domain holding ``@``, which nsys reads as RANGE@DOMAIN.
+    """
+    rule = _capture_rule(compiled.rules)
+    if rule is None:
+        notes = []
+        for gated in compiled.rules:
+            if gated.gate is not None and gated.gate.first_step is not None:
+                why = "has no label" if not gated.rule.label else "is not a bare region (its ranges carry op lines)"
+                notes.append(
+                    f"{gated.describe()} has a steps gate but {why}, so there is no capture range: "
+                    "the whole run is recorded (its ranges still appear only in those steps)"
+                )
+        return [], notes
+    gate, region = rule.gate, rule.region  # set: _capture_rule checked them
+    label = rule.rule.label
+    for name, what in ((label, f"label {label!r} (line {rule.rule.line})"), (domain, f"domain {domain!r}")):
+        if name is not None and "@" in name:
+            raise UsageError(
+                f"the {what} holds '@', and nsys reads --nvtx-capture as RANGE@DOMAIN; "
+                "rename it without '@' to start collecting at its range"
+            )
+    target = label if domain is None else f"{label}@{domain}"
+    flags = [
+        Flag("--capture-range=nvtx", f"collect only inside an NVTX range ({CHECKED})", f"{GUIDE}: --capture-range"),
+        Flag(
+            f"--nvtx-capture={target}",
+            f"the range of region {label!r} (line {rule.rule.line}), pushed only in {gate.text()} "
+            f"(a registered string, which nsys matches by default; {CHECKED})",
+            f"{GUIDE}: --nvtx-capture",
+        ),
+    ]
+    if gate.last_step is None:
+        end, times, after = "repeat", f"every range {label!r} from step {gate.first_step} on", ""
+    else:
+        steps = gate.last_step - gate.first_step + 1
+        per_step = 1 if region.phase is not None else 2
+        times = f"{steps} step{'s' * (steps != 1)}"
+        times += "" if per_step == 1 else " x 2 (a region without `and forward`/`and backward` may be in both traces)"
+        if torchrun:
+            end = f"repeat:{steps * per_step}"
+            after = (", then each rank runs to its end uncollected (ending a rank early would make torchrun "
+                     "fail the job and stop the other ranks' nsys)")  # fmt: skip
+        else:
+            end = f"repeat-shutdown:{steps * per_step}"
+            after = ", then nsys ends the session and the script (SIGTERM: exit status 143)"
+    flags.append(
+        Flag(f"--capture-range-end={end}", f"one collection per range, {times}{after} ({CHECKED})", f"{GUIDE}: --capture-range-end")
+    )
+    notes = []
+    if gate.ranks is not None:
+        notes.append(f"only ranks {sorted(gate.ranks)} push {label!r}; other ranks never start collecting")
+    for other in compiled.rules:
+        if other is not rule and other.gate is not None and other.gate.first_step is not None:
+            notes.append(f"{other.describe()} is gated too; its ranges are recorded only inside the ranges of {label!r}")
+    return flags, notes
+
+
+def _output_flag(output: str, *, torchrun: bool, collections: bool) -> Flag:
+    """``--output``: `output`, with ``.rank%q{RANK}`` under `torchrun` (one report per rank); nsys numbers
+    the reports of several `collections`."""
+    numbered = "; one per collection, numbered .1, .2, ... before .nsys-rep" if collections else ""
+    if torchrun:
+        return Flag(
+            f"--output={output}.rank%q{{RANK}}",
+            f"one report per rank: nsys substitutes each worker's RANK{numbered} ({CHECKED})",
+            f"{GUIDE}: --output",
+        )
+    return Flag(f"--output={output}", f"the report file name{numbered} ({CHECKED})", f"{GUIDE}: --output")
+
+
+def _launch(nsys: list[str], command: Sequence[str], workers: tuple[list[str], list[str]] | None) -> tuple[list[str], list[str]]:
+    """(argv, notes): `nsys` before `command`, or, for a torchrun command split into `workers`
+    (launcher, worker program), torchrun running ``nsys ... WORKER`` as each worker's program."""
+    if workers is None:
+        return [*nsys, *command], []
+    launcher, worker = workers
+    note = "torchrun --no-python runs nsys as each worker's program, so every rank has its own nsys"
+    return [*launcher, "--no-python", *nsys, *worker], [note]
+
+
+def _with_spec(argv: list[str], spec_path: str | os.PathLike[str] | None) -> list[str]:
+    """`argv` after ``env NVTX_REGIONS_SPEC=spec_path`` (nothing to add without a spec file)."""
+    if spec_path is None:
+        return argv
+    # `env NAME=VALUE command` rather than the shell's `NAME=VALUE command` (sh-only: fish and csh
+    # reject it) or nsys's --env-var (which splits its value at commas): a user copies the command
+    # to the GPU machine's shell, whichever it is. torchrun hands its environment to its workers.
+    # The path stays as given, as the command's own paths do, so the command runs from that folder on any machine.
+    return ["env", f"{ENV_SPEC}={os.fspath(spec_path)}", *argv]
 
 
 def nsys_command(
@@ -264,115 +309,21 @@ def nsys_command(
     is appended through nsys's ``%q{RANK}``). spec_path: the spec's file; the
     command then starts with ``env NVTX_REGIONS_SPEC=spec_path``, so that a
     script calling ``nvtx_regions.compile(model)`` without a spec runs this one.
-    Raises `SelectorError` for a spec that does not compile.
+    Raises `SelectorError` for a spec that does not compile, `UsageError` for
+    a torchrun command that cannot be split or a capture range nsys cannot name.
     """
     compiled = compile_spec(spec)
-    flags = [
-        Flag(
-            "--trace=cuda,nvtx",
-            "record NVTX ranges and the CUDA API calls and kernels under them "
-            f"({CHECKED}; on a machine without CUDA it records the NVTX ranges alone, without error)",
-            f"{GUIDE}: --trace",
-        ),
-    ]
-    notes: list[str] = []
-    markers = [rule for rule in compiled.rules if isinstance(rule, EachMarkerRule)]
-    if markers:
-        # The user's markers are re-emitted in the user's own domains, which the spec does not name.
-        notes.append(
-            f"no --nvtx-domain-include: rule {render(markers[0].rule)!r} re-emits your markers in their own NVTX domains"
-        )
-    else:
-        flags.append(
-            Flag(
-                f"--nvtx-domain-include={_domain_value(domain)}",
-                f"keep only NVTX events of the spec's domain ({'the default domain' if domain is None else repr(domain)}; {CHECKED})",
-                f"{GUIDE}: --nvtx-domain-include",
-            )
-        )
-    flags.extend(SAMPLING_OFF)
-    rule = _capture_rule(compiled.rules)
-    torchrun = split_torchrun(command)
-    if rule is not None:
-        gate, region = rule.gate, rule.region  # set: _capture_rule checked them
-        label = rule.rule.label
-        for name, what in ((label, f"label {label!r} (line {rule.rule.line})"), (domain, f"domain {domain!r}")):
-            if name is not None and "@" in name:
-                raise UsageError(
-                    f"the {what} holds '@', and nsys reads --nvtx-capture as RANGE@DOMAIN; "
-                    "rename it without '@' to start collecting at its range"
-                )
-        target = label if domain is None else f"{label}@{domain}"
-        flags.append(Flag("--capture-range=nvtx", f"collect only inside an NVTX range ({CHECKED})", f"{GUIDE}: --capture-range"))
-        flags.append(
-            Flag(
-                f"--nvtx-capture={target}",
-                f"the range of region {label!r} (line {rule.rule.line}), pushed only in {gate.text()} "
-                f"(a registered string, which nsys matches by default; {CHECKED})",
-                f"{GUIDE}: --nvtx-capture",
-            )
-        )
-        if gate.last_step is None:
-            end, times = "repeat", f"every range {label!r} from step {gate.first_step} on"
-            after = ""
-        else:
-            steps = gate.last_step - gate.first_step + 1
-            per_step = 1 if region.phase is not None else 2
-            count = steps * per_step
-            times = f"{steps} step{'s' * (steps != 1)}"
-            times += "" if per_step == 1 else " x 2 (a region without `and forward`/`and backward` may be in both traces)"
-            if torchrun:
-                end = f"repeat:{count}"
-                after = (", then each rank runs to its end uncollected (ending a rank early would make torchrun "
-                         "fail the job and stop the other ranks' nsys)")  # fmt: skip
-            else:
-                end = f"repeat-shutdown:{count}"
-                after = ", then nsys ends the session and the script (SIGTERM: exit status 143)"
-        flags.append(
-            Flag(
-                f"--capture-range-end={end}",
-                f"one collection per range, {times}{after} ({CHECKED})",
-                f"{GUIDE}: --capture-range-end",
-            )
-        )
-        if gate.ranks is not None:
-            notes.append(f"only ranks {sorted(gate.ranks)} push {label!r}; other ranks never start collecting")
-        others = [r for r in compiled.rules if r is not rule and r.gate is not None and r.gate.first_step is not None]
-        for other in others:
-            notes.append(f"{other.describe()} is gated too; its ranges are recorded only inside the ranges of {label!r}")
-    else:
-        for gated in compiled.rules:
-            if gated.gate is not None and gated.gate.first_step is not None:
-                why = "has no label" if not gated.rule.label else "is not a bare region (its ranges carry op lines)"
-                notes.append(
-                    f"{gated.describe()} has a steps gate but {why}, so there is no capture range: "
-                    "the whole run is recorded (its ranges still appear only in those steps)"
-                )
-    report = f"{output}.rank%q{{RANK}}" if torchrun else output
-    numbered = "; one per collection, numbered .1, .2, ... before .nsys-rep" if rule is not None else ""
-    flags.append(
-        Flag(
-            f"--output={report}",
-            (f"one report per rank: nsys substitutes each worker's RANK{numbered} ({CHECKED})" if torchrun
-             else f"the report file name{numbered} ({CHECKED})"),
-            f"{GUIDE}: --output",
-        )
+    workers = split_torchrun(command)
+    torchrun = workers is not None
+    recorded, notes = _record_flags(compiled, domain)
+    captured, capture_notes = _capture_flags(compiled, domain, torchrun=torchrun)
+    flags = [*recorded, *captured, _output_flag(output, torchrun=torchrun, collections=bool(captured))]
+    argv, launch_notes = _launch(["nsys", "profile", *(f.text for f in flags)], command, workers)
+    markers = any(isinstance(rule, EachMarkerRule) for rule in compiled.rules)
+    return NsysCommand(
+        tuple(_with_spec(argv, spec_path)), tuple(flags), (*notes, *capture_notes, *launch_notes), output,
+        ANY_DOMAIN if markers else domain, torchrun,
     )  # fmt: skip
-    nsys = ["nsys", "profile", *(f.text for f in flags)]
-    if torchrun:
-        launcher, worker = torchrun
-        argv = [*launcher, "--no-python", *nsys, *worker]
-        notes.append("torchrun --no-python runs nsys as each worker's program, so every rank has its own nsys")
-    else:
-        argv = [*nsys, *command]
-    if spec_path is not None:
-        # `env NAME=VALUE command` rather than the shell's `NAME=VALUE command` (sh-only: fish and csh
-        # reject it) or nsys's --env-var (which splits its value at commas): a user copies the command
-        # to the GPU machine's shell, whichever it is. torchrun hands its environment to its workers.
-        # The path stays as given, as the command's own paths do, so the command runs from that folder on any machine.
-        argv = ["env", f"{ENV_SPEC}={os.fspath(spec_path)}", *argv]
-    kept = ANY_DOMAIN if markers else domain
-    return NsysCommand(tuple(argv), tuple(flags), tuple(notes), output, kept, torchrun is not None)
 
 
 def report_files(output: str, *, torchrun: bool, rank: int | None = None) -> list[str]:

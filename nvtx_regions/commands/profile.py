@@ -37,15 +37,13 @@ Exit status: 0; 1 when a backend failed or no run held a module range;
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib.util
 import os
 import shlex
 import shutil
 import sys
-import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..core.errors import CaptureFileError
@@ -133,34 +131,6 @@ def _output_folder(output: str, backends: Sequence[str], force: bool) -> Path:
     return folder
 
 
-@contextlib.contextmanager
-def _tee_stderr(path: Path) -> Iterator[None]:
-    """File descriptor 2 copied to `path` as well as to the terminal, for the child processes started meanwhile."""
-    sys.stderr.flush()
-    terminal = os.dup(2)
-    read_end, write_end = os.pipe()
-    os.dup2(write_end, 2)
-    os.close(write_end)
-
-    def pump() -> None:
-        with open(path, "wb") as copy:
-            while chunk := os.read(read_end, 65536):
-                os.write(terminal, chunk)
-                copy.write(chunk)
-
-    thread = threading.Thread(target=pump, name="nvtx-regions-stderr", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        sys.stderr.flush()
-        os.dup2(terminal, 2)  # the pipe's last write end here: the pump sees EOF once the children's are closed
-        thread.join(timeout=10)
-        if not thread.is_alive():
-            os.close(read_end)
-        os.close(terminal)
-
-
 def _tail(path: Path) -> str:
     try:
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
@@ -205,16 +175,14 @@ def _run_backend(backend: str, args: argparse.Namespace, command: list[str], fol
         profile = nsys_command(load(args.spec), command, domain=domain, output=str(folder / "report"))
         for attempt in (1, 2):
             started = time.monotonic()
-            with _tee_stderr(folder / STDERR):
-                returncode = run_child(list(profile.argv), env)
+            returncode = run_child(list(profile.argv), env, stderr_copy=folder / STDERR)
             if attempt == 2 or not _nsys_did_not_start(returncode, time.monotonic() - started, folder / STDERR):
                 break
             print("nvtx-regions profile: nsys did not start (\"End of file\"); trying once more", flush=True)
         returncode = profile.status(returncode)
         paths = report_files(profile.output, torchrun=profile.torchrun, rank=args.rank)
     else:
-        with _tee_stderr(folder / STDERR):
-            returncode, paths = _run_captured(command, env, folder)
+        returncode, paths = _run_captured(command, env, folder)
     if returncode != 0:
         return BackendRun(backend, failure=f"{ended(command[0], returncode)}; its stderr ended with:\n{_tail(folder / STDERR)}")
     if not paths:
@@ -228,13 +196,7 @@ def _run_backend(backend: str, args: argparse.Namespace, command: list[str], fol
 def _run_captured(command: list[str], env: dict[str, str], folder: Path) -> tuple[int, list[str]]:
     from .capture import run_capture
 
-    saved = dict(os.environ)
-    os.environ.update(env)  # run_capture runs the command in this process's environment
-    try:
-        outcome = run_capture(command, folder / "timeline.json")
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+    outcome = run_capture(command, folder / "timeline.json", env=env, stderr_copy=folder / STDERR)
     return outcome.returncode, [str(outcome.trace_path)]
 
 
