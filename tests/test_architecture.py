@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import THUNDER_INSTALLED
+from support.environment import THUNDER_INSTALLED
 
 PACKAGE = Path(__file__).resolve().parents[1] / "nvtx_regions"
 

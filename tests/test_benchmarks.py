@@ -183,7 +183,7 @@ def test_footprint_smoke():
 def test_nsys_cost_smoke():
     """`benchmarks/nsys_cost.py` runs its child under the real nsys, which recorded every range the
     steps and the floor loop pushed (the script checks it), and reports finite figures (no timing checked)."""
-    from conftest import require_nsys
+    from support.nsys import require_nsys
 
     require_nsys()
     argv = [sys.executable, str(REPO / "benchmarks" / "nsys_cost.py"), "--layers", "0", "--rounds", "2", "--pairs", "100"]

@@ -10,7 +10,7 @@ import pytest
 import thunder
 import torch
 
-from conftest import make_mlp, mlp_inputs
+from support.models import make_mlp, mlp_inputs
 from nvtx_regions import NvtxProfileTransform, NvtxRegionsWarning, SelectorError, SelectorSyntaxError
 
 pytestmark = pytest.mark.thunder  # the whole file needs lightning-thunder

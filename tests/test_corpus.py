@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import compiled
+from support.models import compiled
 from nvtx_regions import NvtxProfileTransform, NvtxRegionsWarning, RegionOrderError, SelectorError
 from reference import one_line, read_annotated
 

@@ -38,7 +38,7 @@ from pathlib import Path
 import lark
 import pytest
 
-from conftest import THUNDER_INSTALLED
+from support.environment import THUNDER_INSTALLED
 from nvtx_regions import parse, render
 from nvtx_regions.language import tree as T
 from nvtx_regions.language.grammar import grammar_text, syntax

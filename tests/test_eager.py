@@ -14,7 +14,7 @@ import warnings
 import pytest
 import torch
 
-from conftest import compiled, gpt_inputs, loss_of, make_gpt, plain_gpt
+from support.models import compiled, gpt_inputs, loss_of, make_gpt, plain_gpt
 import nvtx_regions
 from nvtx_regions import NvtxRegionsWarning, SelectorError, SelectorSyntaxError
 from nvtx_regions.eager import annotate

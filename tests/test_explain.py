@@ -8,7 +8,7 @@ import warnings
 import pytest
 import thunder
 
-from conftest import compiled, make_mlp
+from support.models import compiled, make_mlp
 from nvtx_regions import NotRunYetError, NvtxProfileTransform, NvtxRegionsWarning, SelectorError, TraceReport, explain
 from reference import Reference, one_line
 

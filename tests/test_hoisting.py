@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import Recorder, gpt_inputs, make_gpt
+from support.models import Recorder, gpt_inputs, make_gpt
 from nvtx_regions import NvtxProfileTransform
 from nvtx_regions.attribution.module_calls import anchored_span, parameter_only
 from nvtx_regions.attribution.traceview import TraceView

@@ -14,7 +14,6 @@ No thunder here: the file runs wherever torch and transformers do.
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 import warnings
@@ -29,22 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from nvtx_regions import NvtxRegionsWarning  # noqa: E402
 from nvtx_regions.eager import annotate  # noqa: E402
 from nvtx_regions.testing import capture, range_tree, start_end_ranges  # noqa: E402
+from support.environment import require_transformers  # noqa: E402
 from test_inductor import _needs_capture, _ranges, inductor_cache  # noqa: E402, F401  (a fixture: this module's own cache)
 
 STEPS = 2
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def require_transformers():
-    """transformers; without it the calling test skips, except under ``CI=true``, where it fails."""
-    try:
-        import transformers
-    except ImportError as error:
-        message = f"transformers is not installed ({error}); the test extra installs it"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message + ". Under CI=true the Hugging Face tests run; they do not skip")
-        pytest.skip(message)
-    return transformers
 
 
 def _llama(t):

@@ -24,7 +24,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import gpt_inputs, loss_of, require_nsys
+from support.models import gpt_inputs, loss_of
+from support.nsys import require_nsys
 import nvtx_regions
 from nvtx_regions import NvtxRegionsWarning, SelectorError
 from nvtx_regions.eager import annotate

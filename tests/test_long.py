@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.lark import from_lark
 
-from conftest import compiled
+from support.models import compiled
 from nvtx_regions import RegionOrderError, SelectorError, SelectorSyntaxError, parse
 from nvtx_regions.selection.compile import compile_spec
 from nvtx_regions.language.parse import grammar_text

@@ -23,7 +23,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 import thunder
-from conftest import make_gpt, gpt_inputs
+from support.models import make_gpt, gpt_inputs
 import nvtx_regions
 from nvtx_regions import NvtxRegionsWarning
 from nvtx_regions.attribution.recording import install_module_recorder

@@ -23,7 +23,7 @@ import pytest
 import thunder
 import torch
 
-from conftest import Recorder, gpt_inputs, make_gpt
+from support.models import Recorder, gpt_inputs, make_gpt
 from nvtx_regions import NvtxProfileTransform, NvtxRegionsWarning, SelectorError, explain
 from nvtx_regions.core.calls import common_chain
 from nvtx_regions.core.globs import path_matcher

@@ -16,16 +16,13 @@ import os
 import re
 import shlex
 import shutil
-import sqlite3
 import subprocess
 import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from conftest import NSYS_LOCK, finish_or_fail, nsys_failed_by_itself, require_nsys
+from support.nsys import NSYS_LOCK, TIMEOUT, NsysRange, export, nsys_ranges, require_nsys, run_nsys
 from nvtx_regions import parse
 from nvtx_regions.capture.chrome import RangeRecord, iter_items, write_chrome_trace
 from nvtx_regions.capture.summary import summarize
@@ -38,7 +35,6 @@ from nvtx_regions.testing import capture_subprocess, unavailable_reason
 
 ROOT = Path(__file__).resolve().parents[1]
 NSYS = shutil.which("nsys")
-TIMEOUT = 400  # s per nsys run; the runs here take 10-60 s on 2 busy cores
 PYTHON = sys.executable
 # The generated commands name `python`: this interpreter's. torchrun is named by
 # its path, as README does (`nvtx-regions nsys` reads its `#!` line).
@@ -52,123 +48,11 @@ def free_port() -> str:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return str(probe.getsockname()[1])
-ENV = {**os.environ, "PATH": f"{Path(PYTHON).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
 
 
 @pytest.fixture(autouse=True, scope="module")
 def _nsys_installed():
     require_nsys()
-
-
-# ------------------------------------------------------------------ running nsys and reading its export
-
-
-@dataclass(frozen=True)
-class Run:
-    returncode: int
-    seconds: float
-    output: str
-
-
-def run(argv, *, timeout: float = TIMEOUT, again: bool = True) -> Run:
-    """Run `argv` in the repository root in its own process group; fail the test if it has not ended by `timeout`.
-
-    nsys 2022.4.2 sometimes fails by itself under load: status 1 and only "End of file" within a
-    second (its CLI lost the connection to the agent it had just started; 1 run in about 40 here),
-    or one of conftest's `NSYS_OWN_FAILURES`. Such a run is tried once more, without the reports
-    it may have left (nsys does not overwrite a report). At the timeout: conftest's `finish_or_fail`.
-    """
-    start = time.monotonic()
-    process = subprocess.Popen(
-        list(argv), cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        start_new_session=True,
-    )  # fmt: skip
-    output, _ = finish_or_fail(process, timeout)
-    seconds = time.monotonic() - start
-    print(f"\n[nsys run: {seconds:.1f} s, status {process.returncode}] {shlex.join(argv)}")
-    start_failed = process.returncode == 1 and seconds < 10 and output.strip() == "End of file"
-    if again and (start_failed or nsys_failed_by_itself(process.returncode, output)):
-        print(f"[nsys failed by itself; once more]\n{output[-1000:]}")
-        remove_reports(argv)
-        return run(argv, timeout=timeout, again=False)
-    return Run(process.returncode, seconds, output)
-
-
-def remove_reports(argv) -> None:
-    """Remove the reports that the nsys command `argv` writes: ``NAME.nsys-rep`` for ``--output=NAME``,
-    numbered ``NAME.N.nsys-rep`` for repeated captures, and one per rank for ``NAME%q{RANK}``."""
-    for word in argv:
-        if word.startswith("--output="):
-            name = ROOT / word.removeprefix("--output=")
-            if "%" in name.name:
-                patterns = [name.name.split("%", 1)[0] + "*.nsys-rep"]
-            else:
-                patterns = [f"{name.name}.nsys-rep", f"{name.name}.*.nsys-rep"]
-            for pattern in patterns:
-                for report in name.parent.glob(pattern):
-                    report.unlink()
-
-
-def export(report: Path) -> Path:
-    target = report.with_suffix(".sqlite")
-    done = subprocess.run(
-        [NSYS, "export", "--type=sqlite", "--force-overwrite=true", f"--output={target}", str(report)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return target
-
-
-@dataclass(frozen=True)
-class NsysRange:
-    start: int
-    end: int
-    message: str
-    domain: str | None
-    category: str | None
-    color: int | None
-    pid: int
-    tid: int
-    depth: int
-
-
-def nsys_ranges(sqlite: Path) -> list[NsysRange]:
-    """The push/pop ranges of an nsys SQLite export, in start order, with their nesting depth per thread and domain."""
-    db = sqlite3.connect(sqlite)
-    try:
-        tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        if "NVTX_EVENTS" not in tables:  # nsys writes no table for what it did not record
-            return []
-        kinds = dict(db.execute("SELECT name, id FROM ENUM_NSYS_EVENT_TYPE"))
-        text = "COALESCE(s.value, e.text)"
-        join = "FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId"
-        domains = {0: None} | dict(
-            db.execute(f"SELECT e.domainId, {text} {join} WHERE e.eventType = ?", [kinds["NvtxDomainCreate"]])
-        )
-        categories = {
-            (domain, number): name
-            for domain, number, name in db.execute(
-                f"SELECT e.domainId, e.category, {text} {join} WHERE e.eventType = ?", [kinds["NvtxCategory"]]
-            )
-        }
-        rows = db.execute(
-            f"SELECT e.start, e.end, {text}, e.domainId, e.category, e.color, e.globalTid {join} "
-            "WHERE e.eventType = ? ORDER BY e.start, e.end DESC",
-            [kinds["NvtxPushPopRange"]],
-        ).fetchall()
-    finally:
-        db.close()
-    out, stacks = [], {}
-    for start, end, message, domain_id, category, color, global_tid in rows:
-        stack = stacks.setdefault((global_tid, domain_id), [])
-        while stack and stack[-1] <= start:
-            stack.pop()
-        out.append(
-            NsysRange(start, end, message, domains[domain_id or 0], categories.get((domain_id, category)), color,
-                      (global_tid >> 24) & 0xFFFFFF, global_tid & 0xFFFFFF, len(stack))
-        )  # fmt: skip
-        stack.append(end)
-    return out
 
 
 def shape(ranges) -> list[tuple]:
@@ -192,7 +76,7 @@ def quickstart(tmp_path_factory):
     directory = tmp_path_factory.mktemp("nsys_quickstart")
     command = nsys_command(load(ROOT / "examples/regions.nvtx"), [PYTHON, "examples/quickstart.py"],
                            output=str(directory / "quickstart"))  # fmt: skip
-    done = run(command.argv)
+    done = run_nsys(command.argv)
     assert done.returncode == 0, done.output[-3000:]
     if unavailable_reason():
         pytest.skip(f"capture tool unavailable: {unavailable_reason()}")
@@ -264,7 +148,7 @@ def training(tmp_path_factory):
     command = nsys_command(parse(MODULES_AND_GATE), [PYTHON, "examples/train.py", "--steps", "5", "--spec", str(spec), "--backend", "thunder"],
                            output=str(directory / "training"))  # fmt: skip
     assert not any(word.startswith("--capture-range") for word in command.argv)
-    done = run(command.argv)
+    done = run_nsys(command.argv)
     assert done.returncode == 0, done.output[-3000:]
     return directory / "training.nsys-rep", nsys_ranges(export(directory / "training.nsys-rep"))
 
@@ -323,7 +207,7 @@ def test_readme_steps_spec_one_process(tmp_path):
     command = nsys_command(load(ROOT / STEPS), ["python", "examples/train.py", "--steps", "13", "--spec", STEPS, "--backend", "thunder"],
                            output=str(tmp_path / "steps"))  # fmt: skip
     assert "--capture-range-end=repeat-shutdown:3" in command.argv and "--sample=none" in command.argv
-    done = run(command.argv)
+    done = run_nsys(command.argv)
     # As the comment says: after the third collection nsys ends the script with SIGTERM.
     assert done.returncode == 143, done.output[-3000:]
     assert "13 steps" not in done.output
@@ -335,7 +219,7 @@ def test_readme_steps_spec_under_torchrun(tmp_path):
     argv = [TORCHRUN, f"--master_port={free_port()}", *shlex.split(f"--nproc_per_node=2 examples/train.py --steps 13 --spec {STEPS} --backend thunder")]
     command = nsys_command(load(ROOT / STEPS), argv, output=str(tmp_path / "report"))
     assert "--capture-range-end=repeat:3" in command.argv
-    done = run(command.argv)
+    done = run_nsys(command.argv)
     assert done.returncode == 0, done.output[-3000:]
     assert done.output.count("13 steps") == 2  # both ranks ran to their end
     assert_block0_collections(collected(tmp_path, "report.rank0"))
@@ -348,7 +232,7 @@ def test_torchrun_two_ranks_one_report_each(tmp_path):
     spec = spec_file(tmp_path, text)
     argv = [TORCHRUN, f"--master_port={free_port()}", "--nproc_per_node=2", "examples/train.py", "--steps", "2", "--spec", str(spec), "--backend", "thunder"]
     command = nsys_command(parse(text), argv, output=str(tmp_path / "ranks"))
-    done = run(command.argv)  # the ranks' two sessions overlap: nsys's sem_open race is run() once more
+    done = run_nsys(command.argv)  # the ranks' two sessions overlap: nsys's sem_open race is run once more
     assert done.returncode == 0, done.output[-3000:]
     ranks = [nsys_ranges(export(tmp_path / f"ranks.rank{rank}.nsys-rep")) for rank in (0, 1)]
     assert ranks[0][0].pid != ranks[1][0].pid
@@ -369,7 +253,7 @@ def test_a_run_past_its_timeout_leaves_no_process_behind_and_no_lock_held(tmp_pa
     argv = [NSYS, "profile", "--trace=nvtx", "--sample=none", "--cpuctxsw=none", f"--output={tmp_path / 'hung'}",
             PYTHON, "-c", "import time, sys; time.sleep(600)", probe]  # fmt: skip
     with pytest.raises(pytest.fail.Exception, match="did not finish in 20 s"):
-        run(argv, timeout=20)
+        run_nsys(argv, timeout=20)
 
     def processes() -> dict[int, str]:
         found = {}
@@ -408,7 +292,7 @@ with eager.annotate(model, "each module <transformer.h.*>"):
 
 def test_eager_ranges_visible(tmp_path):
     command = nsys_command(parse("each module <transformer.h.*>"), [PYTHON, "-c", EAGER], output=str(tmp_path / "eager"))
-    done = run(command.argv)
+    done = run_nsys(command.argv)
     assert done.returncode == 0, done.output[-3000:]
     seen = nsys_ranges(export(tmp_path / "eager.nsys-rep"))
     step = ["transformer.h.0", "transformer.h.1", "transformer.h.1 (backward)", "transformer.h.0 (backward)"]
@@ -432,7 +316,7 @@ def test_the_command_carries_the_spec_to_a_script_that_gives_none(tmp_path):
     spec = spec_file(tmp_path, "each module <0>")
     script = tmp_path / "no_spec.py"
     script.write_text(NO_SPEC, encoding="utf-8")
-    done = run([PYTHON, "-m", "nvtx_regions", "nsys", str(spec), "--run", "-o", str(tmp_path / "carried"), "--", PYTHON, str(script)])
+    done = run_nsys([PYTHON, "-m", "nvtx_regions", "nsys", str(spec), "--run", "-o", str(tmp_path / "carried"), "--", PYTHON, str(script)])
     assert done.returncode == 0, done.output[-3000:]
     assert f"env NVTX_REGIONS_SPEC={spec} nsys profile" in done.output
     seen = nsys_ranges(export(tmp_path / "carried.nsys-rep"))
@@ -442,7 +326,7 @@ def test_the_command_carries_the_spec_to_a_script_that_gives_none(tmp_path):
 
 def test_a_run_that_collects_no_range_of_the_spec_fails_and_says_so(tmp_path):
     spec = spec_file(tmp_path, "each module <0>")
-    done = run([PYTHON, "-m", "nvtx_regions", "nsys", str(spec), "--run", "-o", str(tmp_path / "none"), "--", PYTHON, "-c", "pass"])
+    done = run_nsys([PYTHON, "-m", "nvtx_regions", "nsys", str(spec), "--run", "-o", str(tmp_path / "none"), "--", PYTHON, "-c", "pass"])
     assert done.returncode == 1, done.output[-3000:]
     assert (tmp_path / "none.nsys-rep").exists()  # nsys itself ran and wrote its report
     assert (
@@ -460,7 +344,7 @@ def test_region_in_both_traces_collects_each_step_twice(tmp_path):
     command = nsys_command(parse(text), [PYTHON, "examples/train.py", "--steps", "6", "--spec", str(spec), "--backend", "thunder"],
                            output=str(tmp_path / "both"))  # fmt: skip
     assert "--capture-range-end=repeat-shutdown:4" in command.argv
-    done = run(command.argv)
+    done = run_nsys(command.argv)
     assert done.returncode == 143, done.output[-3000:]
     reports = collected(tmp_path, "both")
     assert [[r.message for r in ranges] for ranges in reports] == [["layer0"]] * 4
@@ -488,7 +372,7 @@ def test_default_domain_and_open_ended_steps(tmp_path):
     command = nsys_command(parse(text), [PYTHON, "-c", DEFAULT_DOMAIN_STEPS, text], domain=None,
                            output=str(tmp_path / "open"))  # fmt: skip
     assert {"--nvtx-domain-include=default", "--nvtx-capture=block0", "--capture-range-end=repeat"} <= set(command.argv)
-    done = run(command.argv)
+    done = run_nsys(command.argv)
     assert done.returncode == 0 and "ran to the end" in done.output, done.output[-3000:]
     reports = collected(tmp_path, "open")  # steps 3 and 4 of 0..4
     assert [[(r.message, r.domain) for r in ranges] for ranges in reports] == [[("block0", None)]] * 2
@@ -539,7 +423,7 @@ def test_user_markers_line_up_under_nsys_eager_and_thunder(tmp_path):
     for mode in ("eager", "thunder"):
         command = nsys_command(parse("each marker <*>"), [PYTHON, "-c", MARKED, mode], output=str(tmp_path / mode))
         assert not any(word.startswith("--nvtx-domain-include") for word in command.argv)
-        done = run(command.argv)
+        done = run_nsys(command.argv)
         assert done.returncode == 0, done.output[-3000:]
         seen[mode] = [(r.message, r.domain, r.depth) for r in nsys_ranges(export(tmp_path / f"{mode}.nsys-rep"))]
     # torch.cuda.nvtx markers, in the default domain, 2 blocks x 3 calls. The nvtx package's own

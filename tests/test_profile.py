@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import THUNDER_INSTALLED, finish_or_fail, nsys_failed_by_itself, require_nsys
+from support.environment import THUNDER_INSTALLED
+from support.nsys import finish_or_fail, nsys_failed_by_itself, require_nsys
 from test_chart import read_chart
 from nvtx_regions.core.profiling import ENV_BACKEND, ENV_SPEC
 from nvtx_regions.report.backends_table import BackendRun, compare_backends, render_backends
@@ -50,7 +51,7 @@ def child_env(tmp_path: Path) -> dict[str, str]:
 
 
 def profile(argv: list[str], tmp_path: Path, timeout: float = 600) -> subprocess.CompletedProcess:
-    """`nvtx-regions profile argv`; past `timeout`, conftest's `finish_or_fail` ends it and its nsys."""
+    """`nvtx-regions profile argv`; past `timeout`, support.nsys's `finish_or_fail` ends it and its nsys."""
     argv = [PYTHON, "-m", "nvtx_regions", "profile", *argv]
     process = subprocess.Popen(
         argv, cwd=ROOT, env=child_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

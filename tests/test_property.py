@@ -11,7 +11,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import Recorder
+from support.models import Recorder
 from nvtx_regions import NvtxProfileTransform, NvtxRegionsWarning, SelectorError, render
 from nvtx_regions.language import tree as T
 from reference import Reference, RefError

@@ -387,7 +387,7 @@ def _retained_bytes_per_compilation(transform: NvtxProfileTransform, forward, ba
 
 
 def test_memory_stays_bounded_over_a_thousand_recompilations():
-    from conftest import compiled
+    from support.models import compiled
 
     *_, forward, backward = compiled("mlp", None)
     transform = NvtxProfileTransform("net: between first(op in <linear>)..last(op in <linear>)\nop in <linear>")
@@ -408,7 +408,7 @@ def test_memory_stays_bounded_over_a_thousand_recompilations():
     ["forward or between last(forward)..input", "forward and not forward and between last(forward)..input"],
 )
 def test_reversed_region_raises_wherever_it_stands(select):
-    from conftest import compiled
+    from support.models import compiled
 
     *_, forward, _backward = compiled("mlp", None)
     with pytest.raises(RegionOrderError, match="ends at input .* before it starts at last\\(forward\\)"):

@@ -9,7 +9,7 @@ import pytest
 import thunder
 import torch
 
-from conftest import compiled
+from support.models import CONFIGS, compiled
 from nvtx_regions import NvtxProfileTransform, NvtxRegionsWarning, RegionOrderError, SelectorError
 from reference import Reference, RefError, in_order, read_annotated
 
@@ -116,7 +116,7 @@ def test_outputs_identical_ranges_kept_and_cache_hit(config, nvtx_capture):
         assert len(ours) == 2 * reports[phase].ranges > 1  # a push and a pop per range, nothing else
     # A second call hits the cache, does not transform again, and emits the planned ranges.
     seen = len(transform.reports)
-    make, inputs = __import__("conftest").CONFIGS[config]
+    make, inputs = CONFIGS[config]
     with nvtx_capture() as events:
         again = jitted(*inputs())
         (again[1] if isinstance(again, tuple) else again.sum()).backward()
@@ -168,7 +168,7 @@ def test_each_rule_has_its_colour_and_a_category_named_after_it(nvtx_capture):
 
     # Labels no other test uses: NVTX names a category once per process and domain.
     transform = NvtxProfileTransform("colour_lin: op in <linear>\nop in <erf> or op in <no_such_op>")
-    make, inputs = __import__("conftest").CONFIGS[("mlp", None)]
+    make, inputs = CONFIGS[("mlp", None)]
     with nvtx_capture() as events:
         jitted = thunder.jit(make(), transforms=[transform])
         jitted(*inputs())
