@@ -3,6 +3,8 @@ through render/parse, and arbitrary text raising nothing but our own error."""
 
 from __future__ import annotations
 
+import re
+
 import lark
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -149,12 +151,31 @@ def test_arbitrary_text_raises_only_selector_syntax_error(text):
             rule.label.encode("utf-8")
 
 
-@settings(max_examples=300)
-@given(st.lists(st.sampled_from(["op", "in", "<", ">", ",", "(", ")", "not", "and", "or", "between", "..",
+# The grammar's terminal names (lark's words: MORETHAN, _NL, $END), which no message may show.
+LARK_WORDS = re.compile(r"(?<![\w$])(?:%s)(?!\w)" % "|".join(map(re.escape, sorted({*syntax().literals, *syntax().patterns, "$END"}))))
+SOUP = st.lists(st.sampled_from(["op", "in", "<", ">", ",", "(", ")", "not", "and", "or", "between", "..",
                                  "t3", "x", ":", ";", "\n", "#c\n", "all", "first", "last", "of", "backward",
-                                 "steps", "1", "rank", '"q"', "reads", "forward"]), max_size=12))
-def test_token_soup_raises_only_selector_syntax_error(words):
-    try:
-        parse(" ".join(words))
-    except SelectorSyntaxError:
-        pass
+                                 "steps", "1", "rank", '"q"', "reads", "forward"]), max_size=12)  # fmt: skip
+
+
+def test_token_soup_parses_or_raises_our_error_in_the_users_words():
+    outcomes: list[bool] = []
+
+    @settings(max_examples=300, database=None)
+    @given(SOUP)
+    def run(words):
+        text = " ".join(words)
+        try:
+            spec = parse(text)
+        except SelectorSyntaxError as error:
+            outcomes.append(False)
+            lines = text.split("\n")
+            assert 1 <= error.lineno <= len(lines) and 1 <= error.offset <= len(lines[error.lineno - 1]) + 1, error
+            assert not LARK_WORDS.search(error.msg), error.msg
+            return
+        outcomes.append(True)
+        assert parse(render(spec)) == spec
+
+    run()
+    # Both outcomes came: the checks of each ran (the empty list, "all", "forward" parse).
+    assert len(outcomes) >= 100 and 0 < sum(outcomes) < len(outcomes), f"{sum(outcomes)} of {len(outcomes)} parsed"
