@@ -213,10 +213,16 @@ def test_backward_of_selects_the_weight_gradient_matmuls():
     model, forward, backward = traced("gpt")
     (_, bw), *_ = plan_of("backward of (op in <linear> and module <transformer.h.0>)")
     selected = {r.start for r in bw.ranges}
-    producer = {name: p for p, op in enumerate(backward.ops) for name in op.writes}
-    for argument, gradient in zip(forward.arg_order, backward.returned):
-        if argument and argument.startswith("t_transformer_h_0_") and argument.endswith("_weight") and "ln" not in argument:
-            assert backward.ops[producer[gradient]].index in selected, argument
+    producer = {name: op.index for op in backward.ops for name in op.writes}
+    # The gradient of each Linear's weight: 4 Linears in each of the 3 blocks, and lm_head.
+    linear_weight = re.compile(r"t_(transformer_h_\d+_(attn|mlp)_c_\w+|lm_head)_weight")
+    made_by = {argument: producer[gradient] for argument, gradient in zip(forward.arg_order, backward.returned)
+               if argument and linear_weight.fullmatch(argument)}  # fmt: skip
+    assert len(made_by) == 13
+    # Block 0's four are selected, and no other Linear's.
+    assert sorted(argument for argument, index in made_by.items() if index in selected) == [
+        f"t_transformer_h_0_{linear}_weight" for linear in ("attn_c_attn", "attn_c_proj", "mlp_c_fc", "mlp_c_proj")
+    ]
 
 
 def test_each_rules_nest_like_the_module_tree():
