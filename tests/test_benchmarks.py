@@ -86,16 +86,30 @@ def test_linear_adds_exactly_two_bsyms_per_linear(gpt_linear):
     assert thunder.last_traces(jitted)[-1] is transform.pairs[0][1]
 
 
+def wrapped_by_thunders_transform(trace) -> set[int]:
+    """The indexes of the bound symbols of `trace` that thunder's own NvtxProfileTransform puts in a range."""
+    from thunder.dev_utils.nvtx_profile_transform import NvtxProfileTransform as ThundersTransform
+
+    new = ThundersTransform().transform_trace_post_optimization(trace).bound_symbols
+    wrapped = {id(b) for before, b in zip(new, new[1:]) if before.sym.name == "nvtx_range_push"}
+    return {i for i, b in enumerate(trace.bound_symbols) if id(b) in wrapped}
+
+
 def test_all_adds_exactly_two_bsyms_per_compute_op(gpt_linear):
-    # The same traces thunder gave the transform above, now with every compute op selected.
+    """The benchmark's `all` against thunder's transform: the same ops get a range, but for the
+    saved-tensor clean-ups of the backward (`clear_mutable_collection`), which thunder's wraps too."""
     recorded, _ = gpt_linear
     transform = NvtxProfileTransform()
     for before, _ in recorded.pairs:
         after = transform.transform_trace_post_optimization(before)
-        report = transform.reports[-1]
-        selected = {r.start for r in report.plan.ranges}
-        assert len(selected) == report.ranges > 0
+        selected = {r.start for r in transform.reports[-1].plan.ranges}
+        theirs = wrapped_by_thunders_transform(before)
+        cleanups = {i for i in theirs if before.bound_symbols[i].sym.name == "clear_mutable_collection"}
+        assert selected == theirs - cleanups, sorted(before.bound_symbols[i].sym.name for i in selected ^ (theirs - cleanups))
         check_two_per_op(before, after, selected)
+    # Both traces checked, and every op is more than the linears of the test above.
+    assert [r.phase for r in transform.reports] == ["forward", "backward"]
+    assert all(every.ranges > linears.ranges for every, linears in zip(transform.reports, recorded.reports))
 
 
 @pytest.mark.parametrize("variant", ["ours", "thunder"])
