@@ -506,16 +506,6 @@ def test_usage_error_messages(tmp_path, capsys):
     assert "modules.nvtx" in capsys.readouterr().err and not (tmp_path / "never").exists()
 
 
-def test_auto_tool_is_capture_without_nsys(monkeypatch, tmp_path):
-    from nvtx_regions.commands.status import UsageError
-    from nvtx_regions.commands.profile import choose_tool
-
-    monkeypatch.setenv("PATH", str(tmp_path))  # nothing there
-    assert choose_tool("auto") == "capture" and choose_tool("capture") == "capture"
-    with pytest.raises(UsageError, match="--tool nsys: nsys is not on PATH"):
-        choose_tool("nsys")
-
-
 # ------------------------------------------------------------------ the one-line API
 
 

@@ -191,8 +191,8 @@ def test_a_file_it_cannot_read_is_one_error_that_names_it_and_the_fix(tmp_path):
     with pytest.raises(CaptureFileError) as error:
         read_ranges([notes])
     assert str(error.value) == (
-        f"{notes}: not a report this reads: pass an Nsight Systems report (.nsys-rep, .qdrep, .sqlite) "
-        "or a capture from 'nvtx-regions capture -o FILE.json'"
+        f"{notes}: not a report this reads: pass an Nsight Systems report (.nsys-rep, .qdrep, .sqlite), "
+        "a capture from 'nvtx-regions capture -o FILE.json', or a torch.profiler trace (*.pt.trace.json)"
     )
     with pytest.raises(TypeError, match="read_file"):
         read_ranges(str(notes))  # one path is not a list of paths

@@ -4,8 +4,8 @@
     nvtx-regions explain regions.nvtx --max-ops 3 -- torchrun --nproc_per_node=2 train.py
 
 How the script hands over its jitted functions: it does nothing. Every
-Python process of COMMAND starts with ``nvtx_regions/commands/_explain_site`` first
-on ``PYTHONPATH``, whose ``sitecustomize`` wraps ``thunder.jit`` (see
+Python process of COMMAND starts with ``nvtx_regions/commands/_site`` first
+on ``PYTHONPATH`` (`commands.hooks`), whose ``sitecustomize`` wraps ``thunder.jit`` (see
 `nvtx_regions.commands.explain_child`): a function jitted without an
 `NvtxProfileTransform` gets one with SPEC, one jitted with its own keeps it,
 and at exit each jitted function that ran is explained against SPEC. After
@@ -32,30 +32,27 @@ from pathlib import Path
 from .child import ended, private_tempdir, run_child
 from ..core.profiling import ENV_SPEC as COMPILE_SPEC
 from .explain_child import ENV_MAX_OPS, ENV_OUT, ENV_SPEC
+from .hooks import with_site
 from .status import OK, PROBLEM_FOUND, UsageError, child_status
 
-__all__ = ["HELP", "DESCRIPTION", "USAGE", "EXAMPLE", "SITE_DIR", "add_arguments", "run"]
+__all__ = ["HELP", "DESCRIPTION", "USAGE", "EXAMPLE", "add_arguments", "run"]
 
 HELP = "run a script and print explain() for each function it jits"
 DESCRIPTION = "Run COMMAND; print explain() against SPEC for each function it jits with thunder."
 USAGE = "nvtx-regions explain SPEC [--max-ops N] [--no-tree] -- COMMAND..."
 EXAMPLE = "nvtx-regions explain examples/regions.nvtx -- python train.py"
 
-SITE_DIR = Path(__file__).with_name("_explain_site")
-
 
 def child_env(spec: Path, out_dir: str, max_ops: int) -> dict[str, str]:
     """This environment, plus what arms `explain_child` in every Python process of the command."""
-    path = os.environ.get("PYTHONPATH")
-    return {
+    return with_site({
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(SITE_DIR), *([path] if path else [])]),
         ENV_SPEC: str(spec),
         # A script that leaves the spec to `nvtx_regions.compile` gets this one too.
         COMPILE_SPEC: str(spec),
         ENV_OUT: out_dir,
         ENV_MAX_OPS: str(max_ops),
-    }
+    })
 
 
 def render(processes: list[dict], *, tree: bool = True) -> str:

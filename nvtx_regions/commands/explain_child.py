@@ -1,10 +1,10 @@
 """The child side of ``nvtx-regions explain``: wrap ``thunder.jit``, and explain every jitted function at exit.
 
-``nvtx-regions explain`` puts ``nvtx_regions/commands/_explain_site`` first on the
-child's ``PYTHONPATH``; its ``sitecustomize`` calls `install` at interpreter
+``nvtx-regions explain`` puts ``nvtx_regions/commands/_site`` first on the
+child's ``PYTHONPATH`` (`commands.hooks`); its ``sitecustomize`` calls `install` at interpreter
 start, in every Python process of the command (torchrun workers included).
-`install` does nothing unless ``NVTX_REGIONS_EXPLAIN_SPEC`` is set. It adds
-an import hook that, right after ``thunder`` is imported, replaces
+`install` does nothing unless ``NVTX_REGIONS_EXPLAIN_SPEC`` is set. Right
+after ``thunder`` is imported (`hooks.after_import`), it replaces
 ``thunder.jit`` (so ``from thunder import jit`` gets the wrapper too):
 
 - a function jitted without an `NvtxProfileTransform` gets
@@ -23,40 +23,18 @@ from __future__ import annotations
 
 import atexit
 import functools
-import importlib.abc
-import importlib.util
 import json
 import os
-import sys
 from typing import Any
 
 from ..internals.frames import line_outside_package
+from .hooks import after_import
 
 ENV_SPEC = "NVTX_REGIONS_EXPLAIN_SPEC"
 ENV_OUT = "NVTX_REGIONS_EXPLAIN_OUT"
 ENV_MAX_OPS = "NVTX_REGIONS_EXPLAIN_MAX_OPS"
 
 _jitted: list[dict[str, Any]] = []
-
-
-class _ThunderHook(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: when ``thunder`` is imported, wraps the real loader to patch it afterwards."""
-
-    def find_spec(self, name, path, target=None):
-        if name != "thunder":
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.loader is None:
-            return spec
-        exec_module = spec.loader.exec_module
-
-        def patched(module):
-            exec_module(module)
-            _patch(module)
-
-        spec.loader.exec_module = patched
-        return spec
 
 
 def _name_of(fn: Any) -> str:
@@ -142,7 +120,4 @@ def install() -> None:
     """Arm the wrapper in this process when ``NVTX_REGIONS_EXPLAIN_SPEC`` is set (see the module docstring)."""
     if not os.environ.get(ENV_SPEC):
         return
-    if "thunder" in sys.modules:
-        _patch(sys.modules["thunder"])
-    else:
-        sys.meta_path.insert(0, _ThunderHook())
+    after_import("thunder", _patch)

@@ -4,6 +4,7 @@
     nvtx-regions nsys steps.nvtx --domain my_model -- torchrun --nproc_per_node=2 train.py
     nvtx-regions nsys steps.nvtx --domain default -- python train.py     # a transform with domain=None
     nvtx-regions nsys blocks.nvtx --run -- python train.py               # run it here too, and check the report
+    nvtx-regions nsys blocks.nvtx --emit nvtx,record_function -- python train.py   # torch.profiler gets them too
 
 `nsys_command` looks only at what a spec emits at run time: the NVTX
 domain, each rule's label, whether a rule is a bare region (one range per
@@ -25,7 +26,8 @@ need no change here. The command:
   profile ...``) with the rank in the report name: one report per rank;
 - starts with ``env NVTX_REGIONS_SPEC=SPEC`` where the spec is a file, so that
   a script calling ``nvtx_regions.compile(model)`` without a spec runs this
-  one, as under ``nvtx-regions profile``.
+  one, as under ``nvtx-regions profile``; with ``--emit SINKS``, also
+  ``NVTX_REGIONS_EMIT=SINKS`` (`commands.emit`; NVTX must be among them).
 
 With ``--run`` the command also runs here (`run_nsys`), and a run whose
 reports hold no range of the spec exits 1 and says so: nsys itself exits 0
@@ -42,6 +44,7 @@ of specs.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import re
 import shlex
@@ -52,11 +55,12 @@ from pathlib import Path
 from typing import Any
 
 from ..core.naming import ANY_DOMAIN, DEFAULT_DOMAIN
-from ..core.profiling import ENV_SPEC, step_number
+from ..core.profiling import ENV_EMIT, ENV_SPEC, step_number
 from ..language.tree import Spec, render
 from ..internals import torchrun
 from ..selection.compile import CompiledRule, CompiledSpec, EachMarkerRule, RegionRule, compile_spec
 from .domain import DEFAULT_DOMAIN_WORD, add_domain_option, domain_word
+from .emit import add_emit_option, emit_env, require_nvtx
 from .status import OK, PROBLEM_FOUND, UsageError, child_status
 
 __all__ = [
@@ -66,7 +70,7 @@ __all__ = [
 
 HELP = "print the nsys profile command line that fits a spec"
 DESCRIPTION = "Print the nsys profile command line that records what SPEC selects."
-USAGE = "nvtx-regions nsys SPEC [--domain NAME] [-o REPORT] [--run] -- COMMAND..."
+USAGE = "nvtx-regions nsys SPEC [--domain NAME] [-o REPORT] [--emit SINKS] [--run] -- COMMAND..."
 EXAMPLE = "nvtx-regions nsys examples/regions.nvtx -- python train.py"
 
 GUIDE = "Nsight Systems User Guide, CLI Profile Command Switch Options"
@@ -105,6 +109,18 @@ class NsysCommand:
         shutdown = any(f.text.startswith("--capture-range-end=repeat-shutdown") for f in self.flags)
         return 0 if returncode == 143 and shutdown else returncode
 
+    def _env_words(self) -> tuple[str, ...]:
+        """The ``NAME=VALUE`` words after a leading ``env``."""
+        if self.argv[0] != "env":
+            return ()
+        return tuple(itertools.takewhile(lambda word: word.partition("=")[0] in ENV_NOTES, self.argv[1:]))
+
+    @property
+    def program(self) -> str:
+        """The program the command runs: nsys, or torchrun (after ``env`` and its variables)."""
+        words = self._env_words()
+        return self.argv[len(words) + 1] if words else self.argv[0]
+
     def shell(self) -> str:
         """The command on one line, quoted for a POSIX shell."""
         return shlex.join(self.argv)
@@ -113,8 +129,7 @@ class NsysCommand:
         out = [f"# {f.text}: {f.why} [{f.source}]" for f in self.flags]
         out += [f"# note: {n}" for n in self.notes]
         flags = {f.text for f in self.flags}
-        if self.argv[0] == "env":
-            out.append(f"# {self.argv[1]}: {ENV_NOTE}")
+        out += [f"# {word}: {ENV_NOTES[word.partition('=')[0]]}" for word in self._env_words()]
         last_flag = max(i for i, word in enumerate(self.argv) if word in flags)
         lines, current = [], []
         for i, word in enumerate(self.argv):
@@ -127,10 +142,13 @@ class NsysCommand:
         return "\n".join(out)
 
 
-ENV_NOTE = (
-    "nvtx_regions.compile(model) without a spec takes this file, as under nvtx-regions profile "
-    "(a relative path is read from the folder the script runs in)"
-)
+ENV_NOTES = {
+    ENV_SPEC: (
+        "nvtx_regions.compile(model) without a spec takes this file, as under nvtx-regions profile "
+        "(a relative path is read from the folder the script runs in)"
+    ),
+    ENV_EMIT: "where the ranges go, where the script gives no emit= (--emit)",
+}
 
 # CPU sampling and thread-switch tracing are off. With them on, nsys 2022.4.2
 # (on Linux 6.18) hangs at the end of a collection: its agent's sampling thread
@@ -283,15 +301,16 @@ def _launch(nsys: list[str], command: Sequence[str], workers: tuple[list[str], l
     return [*launcher, "--no-python", *nsys, *worker], [note]
 
 
-def _with_spec(argv: list[str], spec_path: str | os.PathLike[str] | None) -> list[str]:
-    """`argv` after ``env NVTX_REGIONS_SPEC=spec_path`` (nothing to add without a spec file)."""
-    if spec_path is None:
+def _with_env(argv: list[str], spec_path: str | os.PathLike[str] | None, emit: Sequence[str] | None) -> list[str]:
+    """`argv` after ``env NVTX_REGIONS_SPEC=spec_path NVTX_REGIONS_EMIT=emit`` (each where given; nothing to add without either)."""
+    words = [*([f"{ENV_SPEC}={os.fspath(spec_path)}"] if spec_path is not None else []), *(f"{k}={v}" for k, v in emit_env(emit).items())]
+    if not words:
         return argv
     # `env NAME=VALUE command` rather than the shell's `NAME=VALUE command` (sh-only: fish and csh
     # reject it) or nsys's --env-var (which splits its value at commas): a user copies the command
     # to the GPU machine's shell, whichever it is. torchrun hands its environment to its workers.
     # The path stays as given, as the command's own paths do, so the command runs from that folder on any machine.
-    return ["env", f"{ENV_SPEC}={os.fspath(spec_path)}", *argv]
+    return ["env", *words, *argv]
 
 
 def nsys_command(
@@ -301,6 +320,7 @@ def nsys_command(
     domain: str | None = DEFAULT_DOMAIN,
     output: str = "nvtx_regions_report",
     spec_path: str | os.PathLike[str] | None = None,
+    emit: Sequence[str] | None = None,
 ) -> NsysCommand:
     """The ``nsys profile`` command that records what `spec` selects when `command` runs.
 
@@ -309,9 +329,12 @@ def nsys_command(
     is appended through nsys's ``%q{RANK}``). spec_path: the spec's file; the
     command then starts with ``env NVTX_REGIONS_SPEC=spec_path``, so that a
     script calling ``nvtx_regions.compile(model)`` without a spec runs this one.
-    Raises `SelectorError` for a spec that does not compile, `UsageError` for
-    a torchrun command that cannot be split or a capture range nsys cannot name.
+    emit: the sinks of the script's ranges (``--emit``), which then follow
+    ``NVTX_REGIONS_EMIT=``. Raises `SelectorError` for a spec that does not
+    compile, `UsageError` for a torchrun command that cannot be split, a
+    capture range nsys cannot name, or sinks without NVTX.
     """
+    require_nvtx(emit, "nsys")
     compiled = compile_spec(spec)
     workers = split_torchrun(command)
     torchrun = workers is not None
@@ -321,7 +344,7 @@ def nsys_command(
     argv, launch_notes = _launch(["nsys", "profile", *(f.text for f in flags)], command, workers)
     markers = any(isinstance(rule, EachMarkerRule) for rule in compiled.rules)
     return NsysCommand(
-        tuple(_with_spec(argv, spec_path)), tuple(flags), (*notes, *capture_notes, *launch_notes), output,
+        tuple(_with_env(argv, spec_path, emit)), tuple(flags), (*notes, *capture_notes, *launch_notes), output,
         ANY_DOMAIN if markers else domain, torchrun,
     )  # fmt: skip
 
@@ -346,8 +369,7 @@ def run_nsys(command: NsysCommand) -> int:
 
     returncode = command.status(run_child(list(command.argv), dict(os.environ)))
     if returncode != 0:
-        program = command.argv[2] if command.argv[0] == "env" else command.argv[0]
-        print(f"nvtx-regions nsys: {ended(program, returncode)}", file=sys.stderr)
+        print(f"nvtx-regions nsys: {ended(command.program, returncode)}", file=sys.stderr)
         return child_status(returncode)
     paths = report_files(command.output, torchrun=command.torchrun)
     if not paths:
@@ -370,6 +392,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spec", help="a .nvtx spec file")
     add_domain_option(parser, f"the transform's NVTX domain (default {DEFAULT_DOMAIN})", default=DEFAULT_DOMAIN)
     parser.add_argument("-o", "--output", default="nvtx_regions_report", help="report name (default nvtx_regions_report)")
+    add_emit_option(parser, "default: the script's own, NVTX unless it says otherwise; nsys records nvtx")
     parser.add_argument(
         "--run", action="store_true", dest="run_here",
         help="also run the command here; exit 1 when its reports hold no range of the spec (nsys exits 0 then)",
@@ -380,6 +403,8 @@ def run(args: argparse.Namespace) -> int:
     """``nvtx-regions nsys``: `args.command` is the command after ``--``."""
     from ..language.parse import load
 
-    command = nsys_command(load(args.spec), args.command, domain=args.domain, output=args.output, spec_path=args.spec)
+    command = nsys_command(
+        load(args.spec), args.command, domain=args.domain, output=args.output, spec_path=args.spec, emit=args.emit
+    )
     print(command, flush=True)
     return run_nsys(command) if args.run_here else OK

@@ -2,16 +2,26 @@
 
     nvtx-regions profile blocks.nvtx --backends eager,thunder,inductor -- python train.py
     nvtx-regions profile blocks.nvtx --warmup 2 --rank 1 -- torchrun --nproc_per_node=2 train.py
+    nvtx-regions profile blocks.nvtx --tool torch -- python train.py      # torch.profiler, no nsys needed
 
 The script chooses backend and ranges in one line, `nvtx_regions.compile(model)`,
 and loops over `nvtx_regions.steps(...)`. For each backend this command runs
-the command with ``NVTX_REGIONS_BACKEND`` set to it and ``NVTX_REGIONS_SPEC``
-to the spec's path:
+the command with ``NVTX_REGIONS_BACKEND`` set to it, ``NVTX_REGIONS_SPEC``
+to the spec's path and ``NVTX_REGIONS_EMIT`` to the sinks its tool reads
+(`commands.emit`), under one tool (``--tool``; ``auto``, the default, is nsys
+when it is on PATH, else torch.profiler, and it says which):
 
-- under the real nsys when it is on PATH, with the flags of
-  ``nvtx-regions nsys`` (`commands.nsys.nsys_command`), one report per rank
-  under torchrun; else under our capture (`commands.capture.run_capture`),
-  and it says so (``--tool nsys`` or ``--tool capture`` chooses);
+- ``nsys``: the real nsys, with the flags of ``nvtx-regions nsys``
+  (`commands.nsys.nsys_command`), one report per rank under torchrun; NVTX
+  ranges (``--emit`` may add record_function, never leave NVTX out);
+- ``torch``: torch.profiler, started in each Python process of the command as
+  torch is imported (`commands.profiler_child`: the script needs no change),
+  CPU activity plus CUDA where CUDA is available; the ranges go to
+  record_function (``--emit nvtx,record_function`` adds NVTX), and each process
+  with our ranges exports its Chrome trace, for Perfetto, TensorBoard and HTA,
+  as ``rank<RANK>.pt.trace.json``; GPU times where the traces hold GPU work,
+  else CPU times (`report.torch_trace`);
+- ``capture``: our NVTX capture (`commands.capture.run_capture`), CPU times only;
 - each run's reports, its stderr (``stderr.txt``, also shown as it comes) go
   to ``OUTPUT/BACKEND/``; the table to ``OUTPUT/table.txt``, the chart to
   ``OUTPUT/profile.png`` and ``OUTPUT/profile.svg`` (`report.chart`; without
@@ -47,30 +57,37 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..core.errors import CaptureFileError
-from ..core.naming import DEFAULT_DOMAIN
+from ..core.naming import ANY_DOMAIN, DEFAULT_DOMAIN
 from ..core.profiling import BACKENDS, ENV_BACKEND, ENV_SPEC
 from ..internals.versions import INSTALL_THUNDER, thunder_installed
 from ..report.backends_table import BackendRun, BackendsTable, compare_backends, render_backends
 from ..report.chart import ChartUnavailable, write_chart
 from ..report.reader import read_ranges
-from .child import ended
+from .child import ended, run_child
 from .domain import add_domain_option
+from .emit import add_emit_option, emit_env, require_nvtx
 from .status import OK, PROBLEM_FOUND, UsageError
 
 __all__ = ["add_arguments", "run"]
 
 HELP = "run a script once per backend (eager, thunder, inductor); per module, time side by side"
 DESCRIPTION = (
-    "Run COMMAND once per backend under nsys (else our capture); print per module the median time "
+    "Run COMMAND once per backend under nsys (else torch.profiler); print per module the median time "
     "of each backend over the measured steps, and the ratio to a baseline; write the reports and a chart."
 )
 USAGE = (
     "nvtx-regions profile SPEC [--backends eager,thunder,inductor] [--baseline B] [--warmup N] [-o DIR] "
-    "[--force-overwrite] [--rank R] [--tool {auto,nsys,capture}] [--domain NAME] -- COMMAND..."
+    "[--force-overwrite] [--rank R] [--tool {auto,nsys,torch,capture}] [--emit SINKS] [--domain NAME] -- COMMAND..."
 )
 EXAMPLE = "nvtx-regions profile blocks.nvtx --backends eager,thunder -- python train.py"
 TABLE, CHART, STDERR = "table.txt", "profile", "stderr.txt"  # the chart: profile.png and profile.svg
 CHART_FILES = (f"{CHART}.png", f"{CHART}.svg")
+TOOLS = ("auto", "nsys", "torch", "capture")
+TOOL_WORDS = {
+    "nsys": "nsys",
+    "torch": "torch.profiler",
+    "capture": "nvtx-regions capture (CPU times of the NVTX ranges only)",
+}
 _TAIL_LINES = 15
 
 
@@ -83,8 +100,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", default="nvtx_regions_profile", help="folder for the reports, table and chart (default nvtx_regions_profile)")
     parser.add_argument("--force-overwrite", action="store_true", help="reuse an existing output folder, replacing what this command writes there")
     parser.add_argument("--rank", type=int, default=0, help="the rank shown under torchrun (default 0)")
-    parser.add_argument("--tool", choices=("auto", "nsys", "capture"), default="auto",
-                        help="run under nsys or our capture (default auto: nsys when it is on PATH)")  # fmt: skip
+    parser.add_argument("--tool", choices=TOOLS, default="auto",
+                        help="run under nsys, torch.profiler or our NVTX capture (default auto: nsys when it is on PATH, else torch)")  # fmt: skip
+    add_emit_option(parser, "default: what the tool reads; torch always adds record_function, nsys and capture need nvtx")
     add_domain_option(parser, f"the spec's NVTX domain (default {DEFAULT_DOMAIN})", default=DEFAULT_DOMAIN)
 
 
@@ -141,13 +159,23 @@ def _tail(path: Path) -> str:
 
 
 def choose_tool(asked: str) -> str:
-    """``nsys`` or ``capture``: `asked`, or for ``auto`` nsys when it is on PATH; `UsageError` for a missing nsys."""
+    """``nsys``, ``torch`` or ``capture``: `asked`, or for ``auto`` nsys when it is on PATH, else torch;
+    `UsageError` for a missing nsys."""
     found = shutil.which("nsys") is not None
     if asked == "nsys" and not found:
-        raise UsageError("--tool nsys: nsys is not on PATH; install Nsight Systems, or use --tool capture")
+        raise UsageError("--tool nsys: nsys is not on PATH; install Nsight Systems, or use --tool torch")
     if asked == "auto":
-        return "nsys" if found else "capture"
+        return "nsys" if found else "torch"
     return asked
+
+
+def tool_sinks(tool: str, asked: Sequence[str] | None) -> tuple[str, ...]:
+    """The sinks the runs emit to (``$NVTX_REGIONS_EMIT``): for torch, record_function, plus NVTX if
+    `asked`; for nsys and capture, `asked` (default NVTX), which must hold NVTX (else `UsageError`)."""
+    if tool == "torch":
+        return ("nvtx", "record_function") if asked and "nvtx" in asked else ("record_function",)
+    require_nvtx(asked, "nsys" if tool == "nsys" else "nvtx-regions capture")
+    return tuple(asked) if asked else ("nvtx",)
 
 
 def _nsys_did_not_start(returncode: int, seconds: float, stderr: Path) -> bool:
@@ -160,16 +188,16 @@ def _nsys_did_not_start(returncode: int, seconds: float, stderr: Path) -> bool:
     return returncode == 1 and seconds < 10 and text == "End of file"
 
 
-def _run_backend(backend: str, args: argparse.Namespace, command: list[str], folder: Path, use_nsys: bool) -> BackendRun:
-    """Run `command` for `backend`; its ranges, or why there are none."""
+def _run_backend(backend: str, args: argparse.Namespace, command: list[str], folder: Path, tool: str) -> BackendRun:
+    """Run `command` for `backend` under `tool`; its ranges, or why there are none."""
     from ..language.parse import load
 
     if backend == "inductor" and importlib.util.find_spec("nvtx_regions.inductor") is None:
         return BackendRun(backend, failure="nvtx_regions.inductor is not part of this installation; leave inductor out of --backends")
-    env = {**os.environ, ENV_BACKEND: backend, ENV_SPEC: os.path.abspath(args.spec)}
+    env = {**os.environ, ENV_BACKEND: backend, ENV_SPEC: os.path.abspath(args.spec), **emit_env(tool_sinks(tool, args.emit))}
     domain = args.domain
-    if use_nsys:
-        from .child import run_child
+    missing = f"no report of rank {args.rank} in {folder}/ (is --rank right?)"
+    if tool == "nsys":
         from .nsys import nsys_command, report_files
 
         profile = nsys_command(load(args.spec), command, domain=domain, output=str(folder / "report"))
@@ -181,16 +209,32 @@ def _run_backend(backend: str, args: argparse.Namespace, command: list[str], fol
             print("nvtx-regions profile: nsys did not start (\"End of file\"); trying once more", flush=True)
         returncode = profile.status(returncode)
         paths = report_files(profile.output, torchrun=profile.torchrun, rank=args.rank)
+    elif tool == "torch":
+        returncode, paths = _run_profiled(command, env, folder, args.rank)
+        domain = ANY_DOMAIN  # record_function ranges have no domain; the files are this rank's
+        missing = (
+            f"no torch.profiler trace of rank {args.rank} in {folder}/: a process writes one at exit when "
+            "it ran nvtx_regions' ranges (nvtx_regions.compile, steps) and ended normally (is --rank right?)"
+        )
     else:
         returncode, paths = _run_captured(command, env, folder)
     if returncode != 0:
         return BackendRun(backend, failure=f"{ended(command[0], returncode)}; its stderr ended with:\n{_tail(folder / STDERR)}")
     if not paths:
-        return BackendRun(backend, failure=f"no report of rank {args.rank} in {folder}/ (is --rank right?)")
+        return BackendRun(backend, failure=missing)
     try:
-        return BackendRun(backend, read_ranges(paths, domain=domain, rank=args.rank))
+        return BackendRun(backend, read_ranges(paths, domain=domain, rank=None if tool == "torch" else args.rank))
     except CaptureFileError as error:
         return BackendRun(backend, failure=str(error))
+
+
+def _run_profiled(command: list[str], env: dict[str, str], folder: Path, rank: int) -> tuple[int, list[str]]:
+    """Run `command` with torch.profiler in its Python processes (`profiler_child`); the traces of `rank`."""
+    from .hooks import with_site
+    from .profiler_child import ENV_TRACE_DIR, rank_traces
+
+    returncode = run_child(command, with_site({**env, ENV_TRACE_DIR: str(folder.resolve())}), stderr_copy=folder / STDERR)
+    return returncode, [str(path) for path in rank_traces(folder, rank)]
 
 
 def _run_captured(command: list[str], env: dict[str, str], folder: Path) -> tuple[int, list[str]]:
@@ -220,18 +264,14 @@ def run(args: argparse.Namespace) -> int:
     if args.warmup < 0:
         raise UsageError(f"--warmup {args.warmup}: give a number of steps >= 0")
     compiled = compile_spec(load(args.spec))  # a spec error stops here, before any run
-    use_nsys = choose_tool(args.tool) == "nsys"
+    tool = choose_tool(args.tool)
+    tool_sinks(tool, args.emit)  # a usage error stops here, before any run
     folder = _output_folder(args.output, backends, args.force_overwrite)
-    if use_nsys:
-        tool = "nsys"
-    elif args.tool == "capture":
-        tool = "nvtx-regions capture (CPU times of the NVTX ranges only)"
-    else:
-        tool = "nvtx-regions capture (nsys is not on PATH: CPU times of the NVTX ranges only)"
+    said = TOOL_WORDS[tool] + (" (nsys is not on PATH)" if args.tool == "auto" and tool == "torch" else "")
     runs = []
     for number, backend in enumerate(backends, 1):
-        print(f"nvtx-regions profile: {backend} ({number}/{len(backends)}) under {tool}: {shlex.join(command)}", flush=True)
-        runs.append(_run_backend(backend, args, command, folder / backend, use_nsys))
+        print(f"nvtx-regions profile: {backend} ({number}/{len(backends)}) under {said}: {shlex.join(command)}", flush=True)
+        runs.append(_run_backend(backend, args, command, folder / backend, tool))
     table = compare_backends(runs, baseline=baseline, warmup=args.warmup, spec=compiled)
     text = render_backends(table)
     where = write_outputs(folder, table, text)

@@ -23,10 +23,13 @@ process that holds it. Step 0 is the compile step; it and the `warmup` steps
 after it are left out; ranges outside every step range are left out too.
 A run without step ranges counts every range, and the table says so.
 
-Time: the GPU-projected time of each range (`report.nsys_report`, as nsys's
-``nvtxgpuproj``) when every run's report holds CUDA kernels, counting the
-ranges that launched GPU work; otherwise the ranges' CPU (wall-clock)
-durations. The table says which. Durations and ratios read as in every table (`report.numbers`).
+Time: the GPU time of each range when every run's file holds CUDA kernels,
+counting the ranges that launched GPU work: projected from its kernels in an
+nsys report (`report.nsys_report`, as nsys's ``nvtxgpuproj``), that of its
+``gpu_user_annotation`` in a torch.profiler trace (`report.torch_trace`);
+otherwise the ranges' CPU (wall-clock) durations. The table says which, and
+from what, for torch.profiler traces. A range without a category (torch.profiler
+keeps none) whose message is a region rule's label is that region's. Durations and ratios read as in every table (`report.numbers`).
 """
 
 from __future__ import annotations
@@ -47,10 +50,12 @@ from .reader import Ranges
 from .records import module_range
 
 __all__ = ["BackendRun", "Timing", "BackendRow", "BackendsTable", "compare_backends", "render_backends", "cell_word",
-           "GPU_TIME", "CPU_TIME"]  # fmt: skip
+           "GPU_TIME", "CPU_TIME", "TORCH_GPU_TIME", "TORCH_CPU_TIME"]  # fmt: skip
 
 GPU_TIME = "GPU-projected time"
 CPU_TIME = "CPU time"
+TORCH_GPU_TIME = "GPU time (torch.profiler's gpu_user_annotation)"
+TORCH_CPU_TIME = "CPU time (torch.profiler's user_annotation)"
 PASSES = ("forward", "backward", "both")  # "both": a region rule that applies to either pass
 
 
@@ -94,9 +99,15 @@ class _Rows:
     regions: dict[tuple[str, str], str]  # (NVTX category, message) of a region rule's ranges -> its pass
     per_op: frozenset[str]  # the NVTX categories of rules with one range per op
 
+    def category(self, record: RangeRecord) -> str | None:
+        """The NVTX category of a range: its own, else that of the region rule its message is the label of."""
+        if record.category_name is not None:
+            return record.category_name
+        return next((category for category, label in self.regions if label == record.message), None)
+
     def key(self, record: RangeRecord) -> tuple[str, str] | None:
         """(row name, pass) of a range, or None for a range that is no row."""
-        found = self.regions.get((record.category_name, record.message))
+        found = self.regions.get((self.category(record), record.message))
         if found is not None:
             return record.message, found
         if record.category_name in self.per_op:
@@ -122,7 +133,7 @@ class BackendsTable:
 
     backends: tuple[str, ...]
     baseline: str
-    time: str  # GPU_TIME or CPU_TIME
+    time: str  # GPU_TIME, CPU_TIME, TORCH_GPU_TIME or TORCH_CPU_TIME
     rows: tuple[BackendRow, ...]
     modules: tuple[str, ...]
     steps: tuple[tuple[int, ...], ...]  # per backend, the step numbers measured
@@ -168,7 +179,7 @@ def _measured(
         module = rows.key(record)
         if module is None:
             continue
-        categories.setdefault(module, record.category_name)
+        categories.setdefault(module, rows.category(record))
         if steps:
             found = steps.get(record.pid, [])
             at = bisect.bisect_right(found, (record.start_ns, float("inf"), 0)) - 1
@@ -253,8 +264,11 @@ def compare_backends(
     rows.sort(key=lambda row: -_largest(row, base))
     if not use_gpu and ran and any(run.ranges.gpu_ns is not None for run in ran):
         notes.append("some reports hold CUDA kernels and some do not, so CPU times are shown for all")
+    files = [file for run in ran for file in run.ranges.files]
+    torch = bool(files) and all(file.torch for file in files)
+    time = (TORCH_GPU_TIME if torch else GPU_TIME) if use_gpu else (TORCH_CPU_TIME if torch else CPU_TIME)
     return BackendsTable(
-        backends, baseline, GPU_TIME if use_gpu else CPU_TIME, tuple(rows), modules, tuple(steps), warmup,
+        backends, baseline, time, tuple(rows), modules, tuple(steps), warmup,
         tuple(run.failure for run in runs), tuple(notes), any(row.region for row in rows),
     )  # fmt: skip
 

@@ -33,7 +33,7 @@ from ..capture.chrome import DEFAULT_DOMAIN_CAT, RangeRecord
 from ..capture.events import int_or_none
 from ..core.errors import CaptureFileError
 
-__all__ = ["CompleteEvent", "TraceInput", "complete_events", "event_domain", "load_chrome_trace", "trace_events"]
+__all__ = ["CompleteEvent", "TraceInput", "complete_events", "event_domain", "load_chrome_trace", "load_trace", "trace_events"]
 
 TraceInput = Union[str, "os.PathLike[str]", Mapping[str, Any], list]
 """A Chrome trace: a file path, or its JSON already loaded (an object with ``traceEvents``, or a list of events)."""
@@ -69,8 +69,9 @@ def event_domain(event: Mapping[str, Any], args: Mapping[str, Any]) -> str | Non
     return None if cat in (None, DEFAULT_DOMAIN_CAT) else cat
 
 
-def trace_events(source: TraceInput) -> tuple[str, list[Any]]:
-    """(the name to show in messages, the event list) of a Chrome trace; raises `CaptureFileError`."""
+def load_trace(source: TraceInput) -> tuple[str, Any]:
+    """(the name to show in messages, the JSON) of a Chrome trace, read once; raises `CaptureFileError`
+    for a file that cannot be read or is not JSON."""
     where = _where(source)
     if isinstance(source, (str, os.PathLike)):
         try:
@@ -82,8 +83,15 @@ def trace_events(source: TraceInput) -> tuple[str, list[Any]]:
             raise CaptureFileError(f"{where}: JSON nested too deeply to be a Chrome trace; {_FIX}") from None
         except (UnicodeDecodeError, ValueError) as error:  # JSONDecodeError, and int() limits, are ValueErrors
             raise CaptureFileError(f"{where}: not JSON ({error}); {_FIX}") from None
-    else:
-        data = source
+        return where, data
+    return where, source
+
+
+def trace_events(source: TraceInput, *, where: str | None = None) -> tuple[str, list[Any]]:
+    """(the name to show in messages, the event list) of a Chrome trace; raises `CaptureFileError`.
+    where: the name of a trace already loaded (`load_trace`)."""
+    named, data = load_trace(source)
+    where = where or named
     events = data.get("traceEvents") if isinstance(data, Mapping) else data
     if not isinstance(events, list):
         raise CaptureFileError(
@@ -106,7 +114,7 @@ def _number(value: Any) -> bool:
         return False
 
 
-def complete_events(source: TraceInput) -> Iterator[CompleteEvent]:
+def complete_events(source: TraceInput, *, where: str | None = None) -> Iterator[CompleteEvent]:
     """The ranges of a Chrome trace, each checked: its complete (``"ph": "X"``)
     events (push/pop ranges), in file order, and its nestable async pairs
     (``"b"``/``"e"`` with the same pid, ``cat`` and ``id``: start/end ranges),
@@ -119,9 +127,9 @@ def complete_events(source: TraceInput) -> Iterator[CompleteEvent]:
     and the event's index, for an event that is not a JSON object, or a
     complete event without a string ``name``, with a ``dur`` that is not a
     finite number >= 0, or with ``args``, ``args.domain``, ``cat`` or ``ts``
-    of the wrong type.
+    of the wrong type. where: the name of a trace already loaded (`load_trace`).
     """
-    where, events = trace_events(source)
+    where, events = trace_events(source, where=where)
     begun: dict[tuple[Any, Any, Any], tuple[int, Mapping[str, Any]]] = {}
     for index, event in enumerate(events):
 

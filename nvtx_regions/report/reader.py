@@ -2,11 +2,13 @@
 
     ranges = read_ranges(["report.nsys-rep", "timeline.json"], domain="nvtx_regions")
     for record in ranges.records: ...   # capture.chrome.RangeRecord, whichever file it came from
-    ranges.gpu_ns                       # per record, its GPU-projected ns (where every file holds CUDA kernels)
+    ranges.gpu_ns                       # per record, its GPU ns (where every file holds CUDA kernels)
 
 A file is read by its name: ``.nsys-rep`` and ``.qdrep`` (exported to SQLite
 with ``nsys export`` first) and ``.sqlite`` by `report.nsys_report`,
-``.json`` by `report.chrome_trace`. A Chrome trace already loaded (a dict, or
+``.pt.trace.json`` (torch.profiler's traces, as ``nvtx-regions profile --tool
+torch`` names them) by `report.torch_trace`, any other ``.json`` by
+`report.chrome_trace`. A Chrome trace already loaded (a dict, or
 a list of events) is read as a ``.json`` file is. Any other file is a
 `CaptureFileError` that names it and the files this reads; so is a file
 that is missing or not what its name says (the message names the file and
@@ -31,6 +33,7 @@ from ..core.errors import CaptureFileError
 from ..core.naming import ANY_DOMAIN, in_domain
 from .chrome_trace import TraceInput, load_chrome_trace
 from .nsys_report import REPORT_SUFFIXES, read_report
+from .torch_trace import TORCH_SUFFIX, read_torch_trace
 
 __all__ = ["RangeFile", "Ranges", "Source", "SUFFIXES", "read_file", "read_ranges"]
 
@@ -46,10 +49,11 @@ class RangeFile:
 
     source: the path as given (``<trace>`` for a loaded Chrome trace).
     nsys: whether it is an Nsight Systems report (else a Chrome trace).
-    gpu_ns: per record (same order), its GPU-projected time in ns, None
-    where the range launched no GPU work; the whole field is None when the
-    file holds no CUDA kernels (a capture never does). kernels: how many
-    CUDA kernels the file holds.
+    gpu_ns: per record (same order), its GPU time in ns, None where the
+    range launched no GPU work; the whole field is None when the file holds
+    no CUDA kernels (a capture never does). An nsys report's is projected
+    (as nsys's ``nvtxgpuproj``); a torch.profiler trace's (`torch`) is its
+    ``gpu_user_annotation``'s. kernels: how many CUDA kernels the file holds.
     """
 
     source: str
@@ -57,6 +61,7 @@ class RangeFile:
     records: tuple[RangeRecord, ...]
     gpu_ns: tuple[int | None, ...] | None = None
     kernels: int = 0
+    torch: bool = False
 
 
 @dataclass(frozen=True)
@@ -112,11 +117,15 @@ def _read(source: Source, domain: Any, rank: int | None) -> tuple[RangeFile, set
     if path.endswith(REPORT_SUFFIXES):
         report = read_report(path)
         return _kept(RangeFile(path, True, report.ranges, report.gpu_ns, report.kernels), domain, None)
+    if path.endswith(TORCH_SUFFIX):
+        records, gpu_ns, kernels = read_torch_trace(path)
+        return _kept(RangeFile(path, False, tuple(records), gpu_ns, kernels, torch=True), domain, rank)
     if path.endswith(CAPTURE_SUFFIX):
         return _kept(RangeFile(path, False, tuple(load_chrome_trace(path))), domain, rank)
     raise CaptureFileError(
         f"{path}: not a report this reads: pass an Nsight Systems report "
-        f"({', '.join(REPORT_SUFFIXES)}) or a capture from 'nvtx-regions capture -o FILE.json'"
+        f"({', '.join(REPORT_SUFFIXES)}), a capture from 'nvtx-regions capture -o FILE.json', "
+        f"or a torch.profiler trace (*{TORCH_SUFFIX})"
     )
 
 
@@ -130,5 +139,5 @@ def _kept(file: RangeFile, domain: Any, rank: int | None) -> tuple[RangeFile, se
     ]
     records = tuple(record for record, _ in kept)
     gpu_ns = tuple(ns for _, ns in kept) if file.gpu_ns is not None else None
-    found = RangeFile(file.source, file.nsys, records, gpu_ns, file.kernels)
+    found = RangeFile(file.source, file.nsys, records, gpu_ns, file.kernels, file.torch)
     return found, {record.domain for record in file.records}
