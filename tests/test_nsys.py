@@ -160,3 +160,12 @@ def test_the_exit_status_and_the_reports_the_command_promises(tmp_path, torchrun
     assert report_files(str(tmp_path / "r"), torchrun=True) == [str(tmp_path / n) for n in ("r.rank0.nsys-rep", "r.rank1.2.nsys-rep")]
     assert report_files(str(tmp_path / "r"), torchrun=True, rank=1) == [str(tmp_path / "r.rank1.2.nsys-rep")]
     assert report_files(str(tmp_path / "missing" / "r"), torchrun=False) == []
+
+
+def test_emit_goes_before_the_command_with_the_spec(torchrun_on_path):
+    command = nsys_command(parse("each module <*>"), ["python", "t.py"], spec_path="s.nvtx", emit=("nvtx", "record_function"))
+    assert command.argv[:4] == ("env", "NVTX_REGIONS_SPEC=s.nvtx", "NVTX_REGIONS_EMIT=nvtx,record_function", "nsys")
+    assert "\n# NVTX_REGIONS_EMIT=nvtx,record_function: where the ranges go, where the script gives no emit= (--emit)\n" in str(command)
+    assert command.program == "nsys"
+    alone = nsys_command(parse("each module <*>"), [str(torchrun_on_path), "t.py"], emit=("nvtx",))
+    assert alone.argv[:2] == ("env", "NVTX_REGIONS_EMIT=nvtx") and alone.program == str(torchrun_on_path)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from test_profile import PYTHON, doc_block, ns_of, profile, table_cells
+from test_profile import PYTHON, TORCHRUN, doc_block, ns_of, profile, table_cells
 from nvtx_regions.report.backends_table import TORCH_CPU_TIME, TORCH_GPU_TIME, BackendRun, compare_backends
 from nvtx_regions.report.reader import read_ranges
 
@@ -103,6 +103,49 @@ def test_the_pages_command_on_eager_and_inductor(tmp_path):
 def test_the_pages_command_on_thunder(tmp_path):
     out, done = run_doc_command(tmp_path, "thunder")
     check(out, done, ["thunder"])
+
+
+RANKED = """\
+import os
+
+import torch
+
+import nvtx_regions
+
+rank = int(os.environ["RANK"])
+
+
+class Net(torch.nn.Module):
+    def __init__(self, layers):
+        super().__init__()
+        self.layers = torch.nn.Sequential(*(torch.nn.Linear(4, 4) for _ in range(layers)))
+
+    def forward(self, x):
+        return self.layers(x)
+
+
+# Rank 1's model has a third layer: the table of --rank 1 shows it.
+model = nvtx_regions.compile(Net(2 + rank))
+x = torch.randn(2, 4, requires_grad=True)
+for _ in nvtx_regions.steps(range(3)):
+    model(x).sum().backward()
+"""
+
+
+def test_under_torchrun_one_trace_per_rank(tmp_path):
+    (tmp_path / "ranked.py").write_text(RANKED)
+    (tmp_path / "all.nvtx").write_text("each module <layers.*>\n")
+    out = tmp_path / "out"
+    argv = [str(tmp_path / "all.nvtx"), "--tool", "torch", "--backends", "eager", "--rank", "1", "-o", str(out), "--",
+            TORCHRUN, "--nproc_per_node=2", "--master_port=0", str(tmp_path / "ranked.py")]  # fmt: skip
+    done = profile(argv, tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    # One trace per worker; torchrun's own process, which ran no range, wrote none.
+    assert sorted(path.name for path in (out / "eager").glob("*.json")) == ["rank0.pt.trace.json", "rank1.pt.trace.json"]
+    names = {rank: {e["name"] for e in annotations(out / "eager" / f"rank{rank}.pt.trace.json")} for rank in (0, 1)}
+    assert "layers.2" in names[1] and "layers.2" not in names[0] and {"layers.1", "layers.1 (backward)", "step 2"} <= names[0]
+    _, cells, _ = table_cells(done.stdout)
+    assert set(cells) == {(f"layers.{layer}", phase) for layer in range(3) for phase in PASSES}
 
 
 def test_the_table_reads_regions_and_gpu_times_of_torch_traces(tmp_path):
