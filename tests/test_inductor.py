@@ -470,8 +470,6 @@ def test_two_threads_one_gated_wrapper_each_call_gated_as_a_whole():
         ("between t3..t9", "'t3' is a thunder proxy name"),
         ("reads <t0>", "names thunder proxies"),
         ("source <model.py:1..9>", "no source line survives"),
-        ("each marker <attn*>", "own NVTX markers break the graph"),
-        ("op in <mm> and not marker <x>", "own NVTX markers break the graph"),
         ("backward of (op in <mm>)", "not tied one by one"),
     ],
 )

@@ -38,6 +38,14 @@ Promises:
   range, and one warning names the module, the reason and the way out. A module
   call that runs outside every graph (it spans a graph break, or Dynamo runs
   its caller uncompiled) gets its ``each`` ranges from hooks (`inductor.outside`).
+- The model's own markers (``torch.cuda.nvtx.range_push``/``range_pop``/``range``,
+  ``nvtx.annotate``/``push_range``/``pop_range``, ``torch.profiler.record_function``) cause
+  no graph break, ``fullgraph=True`` too: they come out in the wrapper around the kernels of
+  the ops they were around, in their own domain and sink (`placement`), and Inductor compiles
+  the graph without them (the kernels of a plain ``torch.compile``). ``each marker <...>``
+  re-emits them in `emit`'s sinks too. A marker that cannot be carried (pushed in one graph
+  and popped in another, a message not known when compiling) is left out, named in a warning
+  (`internals.compiled_markers`).
 - Without a spec, the spec is ``each module <**>``, as for `compile` and `annotate`.
 """
 
@@ -56,7 +64,7 @@ from typing import TYPE_CHECKING, Any
 from ..core.errors import NvtxRegionsWarning, SelectorError
 from ..core.naming import DEFAULT_DOMAIN
 from ..core.profiling import DEFAULT_SELECT
-from ..internals import dynamo
+from ..internals import compiled_markers, dynamo, marker_nodes
 from ..internals import inductor as internals
 from ..internals.autograd import autograd_internals
 from ..internals.frames import outside_package
@@ -136,6 +144,8 @@ class NvtxInductor:
                 f"paths; got {type(model).__name__}. Pass the module, or leave model out when compiling a function"
             )
         internals.check_reaches()
+        # Before Dynamo traces: the user's markers then stay in its graphs (`compiled_markers`).
+        compiled_markers.install()
         self.sinks = chosen_sinks(emit, where="NvtxInductor")
         parsed = given_spec(select, spec, default=DEFAULT_SELECT, where="NvtxInductor", strict=strict, stacklevel=2)
         self.compiled = check_spec(parsed, strict=strict, stacklevel=2)
@@ -166,6 +176,13 @@ class NvtxInductor:
         self.cache_key = f"nvtx_regions:{digest}"
         loaded.register(self.cache_key, self)
         dynamo.recompile_limit_hits(_recompile_limit_hit)
+        lost = compiled_markers.record_function_lost()
+        if lost is not None:
+            self._say(
+                "record_function",
+                f"{self!r}: {lost}: a model's own torch.profiler.record_function ranges are gone from its compiled "
+                "graphs. Use torch.cuda.nvtx.range or nvtx.annotate there, or a torch that has that option (2.11, 2.14)",
+            )
 
     def __repr__(self) -> str:
         return f"NvtxInductor({'; '.join(render(r) for r in self.spec.rules)!r}, domain={self.domain!r})"
@@ -182,6 +199,13 @@ class NvtxInductor:
         `options` adds to (and overrides) the constructor's.
         """
         internals.install()
+        for problem in marker_nodes.take_markers(gm):
+            self._say(
+                f"marker:{problem.where}",
+                f"{self!r}: the marker at {problem.where} gets no range under torch.compile: {problem.why}. Push "
+                "and pop it in the same compiled function with a message known when compiling (a str), or run "
+                "that code eagerly (torch.compiler.disable)",
+            )
         config = internals.inductor_config()
         patches = {**internals.mode_options(mode), **self.options, **(options or {})}
         theirs = patches.get("post_grad_custom_post_pass", config.post_grad_custom_post_pass)

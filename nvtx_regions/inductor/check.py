@@ -1,17 +1,16 @@
 """Which rules of a spec mean something under Inductor: the rest is left out, naming the rule and why.
 
 What a generated wrapper knows of a kernel is the FX nodes it came from: their
-aten ops, the module calls Dynamo recorded around them, and whether the graph
-is a forward or a backward. So ``op in``, ``module``/``class`` (``each`` too),
-``forward``/``backward``, ``between first(...)..last(...)``, the run-time gates
+aten ops, the module calls Dynamo recorded around them and the user's own
+markers open around them (`internals.compiled_markers`), and whether the
+graph is a forward or a backward. So ``op in``, ``marker``/``each marker``,
+``module``/``class`` (``each`` too), ``forward``/``backward``, ``between first(...)..last(...)``, the run-time gates
 and ``not``/``and``/``or`` of those work. Left out, as the one table of
 `selection.support` says for every backend:
 - proxy names (``between t3..t9``) and ``reads <...>``: thunder's names for
   values, which an Inductor graph does not have;
 - ``source <...>``: Inductor keeps no source line per kernel that survives
   fusion and the backward;
-- ``marker <...>``/``each marker <...>``: a model's own NVTX markers break
-  Dynamo's graph, so no kernel is inside one;
 - ``backward of (...)``: the forward graph's kernels and the backward's are
   not tied kernel to kernel.
 """

@@ -30,7 +30,16 @@ Promises:
   origins, but does not stretch its module call's range. Inductor may
   schedule it anywhere (a block's attention inputs, re-laid out, first of
   all).
-- Nothing else is recorded: no proxies, no markers, no source lines.
+- A kernel is inside each of the user's markers that was open around any
+  origin that decides (`internals.compiled_markers` carries them from
+  Dynamo's graph): a fused kernel does the work of every marker its parts
+  were in (Inductor fuses a norm with the activation after it), so a
+  marker's range spans every kernel that does some of its work, and no
+  marker whose ops all fused into kernels of other ops is left without one.
+  (Thunder's fusions differ: they are inside only the markers open around
+  all their parts.) A backward kernel has the markers of the forward nodes
+  it is the gradient of.
+- Nothing else is recorded: no proxies, no source lines.
   `inductor.check` refuses the rules that would need them.
 """
 
@@ -41,6 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from ..core.calls import Chain, ModuleCall, common_chain
+from ..core.markers import Marker, MarkerStack
 from ..internals.inductor import WrapperKernel, called_module
 from ..selection.view import ChainView, Phase
 
@@ -62,6 +72,7 @@ class Kernel:
     writes: tuple[str, ...] = ()
     is_fusion: bool = False
     bsym: Any = None
+    markers: MarkerStack = ()  # the user's markers it is inside (see the module doc)
 
 
 @dataclass
@@ -80,6 +91,10 @@ class KernelView(ChainView):
             for name in op.names:
                 masks[name] = masks.get(name, 0) | (1 << position)
         return masks
+
+    @functools.cached_property
+    def marker_stacks(self) -> list[MarkerStack]:
+        return [op.markers for op in self.ops]
 
     @functools.cached_property
     def parameter_only(self) -> int:
@@ -104,6 +119,7 @@ def kernel_view(
         chains = []
         names = dict.fromkeys([kernel.name, kernel.name.rsplit(".", 1)[-1]])
         hoisted = bool(kernel.origins) and all(origin.static for origin in kernel.origins)
+        deciding = [origin.markers for origin in kernel.origins if hoisted or not origin.static]
         for origin in kernel.origins:
             if origin.op:
                 names[origin.op] = None
@@ -116,8 +132,9 @@ def kernel_view(
                     chain.append(ModuleCall(path, cls, calls.setdefault(key, len(calls))))
                 if hoisted or not origin.static:
                     chains.append(tuple(chain))
+        markers = tuple(sorted({m for found in deciding for m in found}, key=lambda m: m.occurrence))
         ops.append(
-            Kernel(position, kernel.name, tuple(names), common_chain(chains), kernel.first, kernel.last, hoisted)
+            Kernel(position, kernel.name, tuple(names), common_chain(chains), kernel.first, kernel.last, hoisted, markers=markers)
         )
     return KernelView(ops, phase, name, classes)
 
@@ -126,21 +143,28 @@ def view_literal(view: KernelView) -> tuple:
     """`view` as a Python literal (tuples, strings, ints) for a wrapper's header: what
     `view_from_literal` rebuilds in a process where Inductor's cache served the wrapper."""
     chains: dict[Chain, int] = {}
+    markers: dict[Marker, int] = {}
     ops = []
     for op in view.ops:
         chain = None if op.chain is None else chains.setdefault(op.chain, len(chains))
-        ops.append((op.name, op.names, chain, op.first_line, op.last_line, op.hoisted))
+        inside = tuple(markers.setdefault(marker, len(markers)) for marker in op.markers)
+        ops.append((op.name, op.names, chain, op.first_line, op.last_line, op.hoisted, inside))
     table = tuple(tuple((call.path, call.cls, call.call) for call in chain) for chain in chains)
-    return (view.phase, view.name, tuple(sorted(view.classes.items())), table, tuple(ops))
+    marker_table = tuple((m.domain, m.message, m.color, m.form, m.occurrence, m.where) for m in markers)
+    return (view.phase, view.name, tuple(sorted(view.classes.items())), table, tuple(ops), marker_table)
 
 
 def view_from_literal(literal: tuple) -> KernelView:
     """The `KernelView` that `view_literal` wrote."""
-    phase, name, classes, table, ops = literal
+    phase, name, classes, table, ops, marker_table = literal
     chains = [tuple(ModuleCall(*call) for call in chain) for chain in table]
+    markers = [Marker(*fields) for fields in marker_table]
     kernels = [
-        Kernel(position, op_name, tuple(names), None if chain is None else chains[chain], first, last, hoisted)
-        for position, (op_name, names, chain, first, last, hoisted) in enumerate(ops)
+        Kernel(
+            position, op_name, tuple(names), None if chain is None else chains[chain], first, last, hoisted,
+            markers=tuple(markers[n] for n in inside),
+        )
+        for position, (op_name, names, chain, first, last, hoisted, inside) in enumerate(ops)
     ]
     return KernelView(kernels, phase, name, dict(classes))
 
@@ -163,6 +187,6 @@ def rebase(view: KernelView, root: str, instance: str, name: str) -> KernelView:
         chain = op.chain
         if chain is not None:
             chain = tuple(ModuleCall(_rebased(c.path, root, instance), c.cls, c.call) for c in chain)
-        ops.append(Kernel(op.index, op.name, op.names, chain, op.first_line, op.last_line, op.hoisted))
+        ops.append(Kernel(op.index, op.name, op.names, chain, op.first_line, op.last_line, op.hoisted, markers=op.markers))
     classes = {_rebased(path, root, instance): cls for path, cls in view.classes.items()}
     return KernelView(ops, view.phase, name, classes)

@@ -1,6 +1,14 @@
 """A plan of ranges over a graph's kernels -> the lines a generated wrapper gains.
 
 Promises:
+- In a forward graph the user's own markers (``torch.cuda.nvtx``, ``nvtx``,
+  ``record_function``, carried through the compiler by
+  `internals.compiled_markers`) get a range each, as they pushed it: in its
+  own NVTX domain with its message and colour, or a record_function range,
+  from its first kernel to its last. An ``each marker`` range goes to the
+  spec's sinks but that one (the same range is never emitted twice in one
+  sink). Ranges that share a stack (an NVTX domain; record_function's one)
+  and cross, where Inductor interleaved their kernels, are start/end ranges.
 - A range's push comes before the first line of its first kernel (the
   kernel's allocations and comment), its pop after the last line of its last
   kernel; ranges that end at the same kernel pop inner first. Nothing else
@@ -22,9 +30,14 @@ Promises:
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..core.markers import RECORD_FUNCTION, Marker
 from ..core.naming import rule_category, rule_color
 from ..internals.inductor import Placement
 from ..selection.compile import CompiledSpec, Gate
+from ..selection.markers import marker_spans
 from ..runtime.sinks import NVTX_ONLY
 from ..selection.plan import Plan, PlannedRange
 from .kernels import KernelView
@@ -35,6 +48,81 @@ __all__ = ["placement"]
 
 def _message(planned: PlannedRange, view: KernelView) -> str:
     return planned.label if planned.label is not None else view.ops[planned.start].name
+
+
+Target = tuple[str | None, tuple[str, ...]]  # an NVTX domain and the sinks a range goes to
+
+
+@dataclass(frozen=True)
+class _Range:
+    """One range a wrapper gets: a planned range, where it goes, and its colour and category."""
+
+    planned: PlannedRange
+    target: Target
+    color: int | None
+    category: str | None
+
+
+def _own_sink(marker: Marker) -> str:
+    return "record_function" if marker.form == RECORD_FUNCTION else "nvtx"
+
+
+def _ranges(plan: Plan, view: KernelView, spec: CompiledSpec, domain: str | None, sinks: tuple[str, ...]) -> list[_Range]:
+    """The ranges of `plan` and the user's own markers in `view`, each with where it goes, in push order
+    (see the module doc)."""
+    found = []
+    if view.phase == "forward":
+        # The user's markers, as they pushed them (the forward only: a marker runs where its code does).
+        for span in marker_spans(view, lambda message: True):
+            marker = span.marker
+            start, end = view.ops[span.first].index, view.ops[span.last].index
+            planned = PlannedRange(start, end, "region", (), marker.message or "", None, marker)
+            target = (None, ("record_function",)) if marker.form == RECORD_FUNCTION else (marker.domain, NVTX_ONLY)
+            found.append((0, _Range(planned, target, marker.color, None)))
+    for planned in plan.ranges:
+        rule = spec.rules[planned.rules[0]]
+        color, category = rule_color(rule.number), rule_category(rule.rule)
+        its_sinks = sinks
+        marker = planned.marker
+        if marker is not None:
+            if view.phase == "forward":
+                # Its own range is there already in its own sink: not twice in one sink.
+                its_sinks = tuple(sink for sink in sinks if sink != _own_sink(marker))
+            if not its_sinks:
+                continue
+            if marker.form != RECORD_FUNCTION:
+                color, category = marker.color, None  # the user's marker as they pushed it
+        target_domain = planned.domain(domain) if "nvtx" in its_sinks else None
+        found.append((1, _Range(planned, (target_domain, its_sinks), color, category)))
+    found.sort(key=lambda item: (item[1].planned.start, item[1].planned.kind == "op", -item[1].planned.end, item[0]))
+    return _start_end_where_stacks_cross([item[1] for item in found])
+
+
+def _stacks(target: Target) -> set[Any]:
+    """The stacks a range of `target` lives on: NVTX's, one per domain; record_function's one."""
+    name, sinks = target
+    return {("nvtx", name) if sink == "nvtx" else sink for sink in sinks}
+
+
+def _start_end_where_stacks_cross(ranges: list[_Range]) -> list[_Range]:
+    """`ranges` with each push/pop range that crosses another on a stack they share made a start/end
+    range: the user's markers and the spec's ranges may cross where Inductor reordered kernels."""
+    crossed: dict[int, _Range] = {}
+    for i, outer in enumerate(ranges):
+        for j in range(i + 1, len(ranges)):
+            inner = ranges[j]
+            if inner.planned.start > outer.planned.end:
+                break
+            if inner.planned.end <= outer.planned.end or not _stacks(outer.target) & _stacks(inner.target):
+                continue
+            crossed.setdefault(i, inner)
+            crossed.setdefault(j, outer)
+    return [
+        replace(r, planned=replace(r.planned, style="StartEnd", why=f"crosses {crossed[n].planned.label!r}"))
+        if n in crossed and r.planned.style != "StartEnd"
+        else r
+        for n, r in enumerate(ranges)
+    ]
 
 
 def placement(
@@ -51,7 +139,11 @@ def placement(
     hands `report` to the backend when the wrapper loads (see the module doc). For code that runs
     for several module instances, `instances` gives each one's plan and view instead: instances whose
     plans differ only in their names share lines; each other set of ranges gets lines of its own.
-    `sinks`: where the ranges go (`runtime.sinks`); the header names them unless NVTX alone."""
+    `sinks`: where the ranges go (`runtime.sinks`); the header names them unless NVTX alone.
+
+    In a forward graph, the user's own markers (`KernelView.marker_stacks`) get their ranges too,
+    in their own domain and sink, from their first kernel to their last; an ``each marker`` range
+    goes to the spec's sinks but the marker's own there."""
     sinks_line = [] if sinks == NVTX_ONLY else [f"    sinks={sinks!r},"]
     sets: list[tuple[Plan, KernelView, frozenset[str] | None]] = [(plan, view, None)]
     if instances is not None:
@@ -59,50 +151,62 @@ def placement(
         for name, (its_plan, _) in instances.items():
             shapes.setdefault(_shape(its_plan), []).append(name)
         sets = [(*instances[names[0]], frozenset(names)) for names in shapes.values()]
-    if all(its_plan.empty for its_plan, _, _ in sets):
+    placed = [_ranges(its_plan, its_view, spec, domain, sinks) for its_plan, its_view, _ in sets]
+    if not any(placed):
         header = [
             "from nvtx_regions.inductor.runtime import graph_ranges",
             f"{NAMES.ranges} = graph_ranges({domain!r}, [], [], [], graph={report!r})",  # no range: no sink
         ]
         return Placement({}, {}, header, prelude=[], guard=NAMES.ranges, error=NAMES.error)
     by_instance = instances is not None
-    groups: dict[tuple[frozenset[Gate] | None, int], int] = {}
+    own: Target = (domain, sinks)
+    targets: dict[Target, int] = {own: 0}
+    groups: dict[tuple[frozenset[Gate] | None, int, int], int] = {}
     ranges = []
     messages: dict[str, list[str | None]] = {name: [] for name in instances or ()}
     before: dict[int, list[tuple[str, str, int, int]]] = {}  # wrapper line -> (text, kind, range, group)
     ends: dict[int, list[tuple[str, str, int, int]]] = {}
     number = -1
-    for set_number, (its_plan, its_view, names) in enumerate(sets):
-        for position, planned in enumerate(its_plan.ranges):
+    for set_number, ((_, its_view, names), its_ranges) in enumerate(zip(sets, placed)):
+        others = None if names is None else {name: _ranges(*instances[name], spec, domain, sinks) for name in names if instances}  # type: ignore[misc]
+        for position, entry in enumerate(its_ranges):
+            planned = entry.planned
             number += 1
-            group = groups.setdefault((planned.gate, set_number), len(groups))
-            rule = spec.rules[planned.rules[0]]
+            target = targets.setdefault(entry.target, len(targets))
+            group = groups.setdefault((planned.gate, set_number, target), len(groups))
             message = _message(planned, its_view)
-            ranges.append((message, rule_color(rule.number), rule_category(rule.rule)))
-            for name, (other_plan, other_view) in (instances or {}).items():
+            ranges.append((message, entry.color, entry.category))
+            for name in instances or ():
                 # The same range of another instance with the same shape: its own name.
-                own = other_plan.ranges[position] if name in names else None  # type: ignore[operator]
-                messages[name].append(None if own is None else _message(own, other_view))
+                own_range = others[name][position] if others is not None and name in others else None
+                messages[name].append(None if own_range is None else _message(own_range.planned, instances[name][1]))  # type: ignore[index]
             gated = planned.gate is not None or by_instance
             attributes = NAMES.attributes(number)
             if by_instance:
                 attributes = f"{NAMES.gates}.{attributes}"
+            domain_argument = NAMES.domain_of(target)
             first, last = its_view.ops[planned.start].first_line, its_view.ops[planned.end].last_line
             if planned.style == "StartEnd":
                 started = NAMES.started(number)
-                start, end = NAMES.called(group, gated, 2), NAMES.called(group, gated, 3)
-                before.setdefault(first, []).append((f"{started} = {start}({attributes}, {NAMES.domain})  # {message}", "start", number, group))
+                start, end = NAMES.called(group, gated, 2, target), NAMES.called(group, gated, 3, target)
+                before.setdefault(first, []).append((f"{started} = {start}({attributes}, {domain_argument})  # {message}", "start", number, group))
                 ends.setdefault(last, []).append((f"{end}(*{started})", "end", number, group))
             else:
-                push, pop = NAMES.called(group, gated, 0), NAMES.called(group, gated, 1)
-                before.setdefault(first, []).append((f"{push}({attributes}, {NAMES.domain})  # {message}", "push", number, group))
+                push, pop = NAMES.called(group, gated, 0, target), NAMES.called(group, gated, 1, target)
+                before.setdefault(first, []).append((f"{push}({attributes}, {domain_argument})  # {message}", "push", number, group))
                 ends.setdefault(last, []).append((f"{pop}()", "pop", number, group))
     after = {line: list(reversed(found)) for line, found in ends.items()}
     lines = []
     for index in sorted({*before, *after}):
         lines += [(kind, number, group) for _, kind, number, group in (*before.get(index, ()), *after.get(index, ()))]
-    gates = [gate_text(gate) for gate, _ in groups]
-    on_for = [None if sets[n][2] is None else sorted(sets[n][2]) for _, n in groups]
+    gates = [gate_text(gate) for gate, _, _ in groups]
+    on_for = [None if sets[n][2] is None else sorted(sets[n][2]) for _, n, _ in groups]
+    targets_lines = []
+    if len(targets) > 1:
+        targets_lines = [
+            f"    targets={list(targets)!r},  # per target: its NVTX domain and sinks",
+            f"    group_targets={[target for _, _, target in groups]!r},",
+        ]
     # A local of the call: a gate is decided per call, and no thread sees another's choice.
     prelude = [f"{NAMES.gates} = {NAMES.ranges}.enter()  # the gates of this call"] if any(gates) or by_instance else []
     header = [
@@ -117,6 +221,7 @@ def placement(
         f"    graph={report!r},",
         *([f"    instances={messages!r},", f"    on_for={on_for!r},"] if by_instance else []),
         *sinks_line,
+        *targets_lines,
         ")",
         f"globals().update({NAMES.ranges}.globals())  # {NAMES.domain}, nvtx_regions_push, nvtx_regions_attr_N, ...",
     ]

@@ -6,14 +6,16 @@ A wrapper's header reads::
     from nvtx_regions.inductor.runtime import graph_ranges
     nvtx_regions_ranges = graph_ranges(
         'nvtx_regions',
-        [('blocks.0', 4278190335, 'blocks'), ...],  # per range: message, colour, category
+        [('blocks.0', 4278190335, 'blocks'), ...],  # per range: message, colour, category 
         [('push', 0, 0), ('pop', 0, 0), ...],       # the lines placed in ``call``, in order: kind, range, group
         [None],                                     # per group: its gates, or None
     )
     globals().update(nvtx_regions_ranges.globals())  # nvtx_regions_push, nvtx_regions_attr_0, ...
 
 so code that Inductor's cache hands to another process builds the same
-ranges there. ``call`` then reads, per range,
+ranges there. Ranges that go to another NVTX domain or sink (the user's own
+markers, `placement`) sit in groups of their own, whose domain and sinks
+``targets=`` and ``group_targets=`` name. ``call`` then reads, per range,
 ``nvtx_regions_push(nvtx_regions_attr_0, nvtx_regions_domain)`` ...
 ``nvtx_regions_pop()``, and a range that crosses another (a module call
 Inductor interleaved with another's kernels) is a start/end range. Gated
@@ -47,22 +49,32 @@ class Names:
     domain = "nvtx_regions_domain"
     error = "nvtx_regions_error"  # the except clause's
 
+    def domain_of(self, target: int) -> str:
+        """The global holding the domain argument of target `target`'s groups (0: the spec's domain and sinks)."""
+        return f"{self.domain}{_suffix(target)}"
+
     def attributes(self, number: int) -> str:
         return f"nvtx_regions_attr_{number}"
 
     def started(self, number: int) -> str:
         return f"nvtx_regions_started_{number}"
 
-    def functions(self, group: int, gated: bool) -> tuple[str, str, str, str]:
-        """(push, pop, start, end) of a group: globals for the ungated one, attributes of the gates for gated ones."""
+    def functions(self, group: int, gated: bool, target: int = 0) -> tuple[str, str, str, str]:
+        """(push, pop, start, end) of a group: globals for an ungated one (one per target: a domain and its
+        sinks), attributes of the gates for gated ones."""
         if not gated:
-            return ("nvtx_regions_push", "nvtx_regions_pop", "nvtx_regions_start", "nvtx_regions_end")
+            suffix = _suffix(target)
+            return tuple(f"nvtx_regions_{kind}{suffix}" for kind in ("push", "pop", "start", "end"))  # type: ignore[return-value]
         return (f"g{group}_push", f"g{group}_pop", f"g{group}_start", f"g{group}_end")
 
-    def called(self, group: int, gated: bool, kind: int) -> str:
+    def called(self, group: int, gated: bool, kind: int, target: int = 0) -> str:
         """How a line names function `kind` (0 push, 1 pop, 2 start, 3 end) of a group."""
-        name = self.functions(group, gated)[kind]
+        name = self.functions(group, gated, target)[kind]
         return f"{self.gates}.{name}" if gated else name
+
+
+def _suffix(target: int) -> str:
+    return "" if target == 0 else f"_{target}"
 
 
 NAMES = Names()
@@ -70,7 +82,7 @@ NAMES = Names()
 
 def graph_ranges(
     domain: str | None,
-    ranges: Sequence[tuple[str, int, str]],
+    ranges: Sequence[tuple[str, int | None, str | None]],
     lines: Sequence[tuple[str, int, int]],
     gates: Sequence[GateText | None],
     *,
@@ -78,27 +90,36 @@ def graph_ranges(
     instances: dict[str, Sequence[str | None]] | None = None,
     on_for: Sequence[Sequence[str] | None] | None = None,
     sinks: tuple[str, ...] = NVTX_ONLY,
+    targets: Sequence[tuple[str | None, tuple[str, ...]]] | None = None,
+    group_targets: Sequence[int] | None = None,
 ) -> GeneratedRanges:
     """The runtime of one wrapper's ranges, from its header's literals (see the module doc).
 
     `graph`: what the wrapper's backend placed (`NvtxInductor` is told, `backend.graph_loaded`);
     `instances`: per module instance the code runs for, each range's message (None: not its range),
     and `on_for`: per group, the instances it is on for (`runtime.ranges`); `sinks`: where the
-    ranges go (`runtime.sinks`)."""
+    ranges go (`runtime.sinks`). `targets`: the domains and sinks of ranges that go elsewhere (the
+    user's own markers, in their own domain and sink), the first being (`domain`, `sinks`), and
+    `group_targets` each group's."""
     if graph is not None:
         graph_loaded(graph)
-    own = Domain(domain, tuple(sinks))
+    domains = [Domain(name, tuple(its_sinks)) for name, its_sinks in (targets or [(domain, tuple(sinks))])]
+    of_group = list(group_targets or [0] * len(gates))
     groups = []
     for number, text in enumerate(gates):
         gate = None if text is None else frozenset(Gate(None if r is None else frozenset(r), a, b) for r, a, b in text)
-        push, pop, start, end = NAMES.functions(number, text is not None or instances is not None)
+        target = of_group[number]
+        push, pop, start, end = NAMES.functions(number, text is not None or instances is not None, target)
         names = None if on_for is None or on_for[number] is None else frozenset(on_for[number])
-        groups.append(Group(gate, own, push, pop, start, end, NAMES.domain, names))
-    attributes = [own.attributes(message, color=color, category=category) for message, color, category in ranges]
+        groups.append(Group(gate, domains[target], push, pop, start, end, NAMES.domain_of(target), names))
+
+    group_of = {number: group for _, number, group in lines}
+    own = [domains[of_group[group_of[number]]] for number in range(len(ranges))]
+    attributes = [d.attributes(m, color=c, category=k) for d, (m, c, k) in zip(own, ranges)]
     by_instance = None
     if instances is not None:
         by_instance = {
-            name: [None if m is None else own.attributes(m, color=c, category=k) for m, (_, c, k) in zip(messages, ranges)]
+            name: [None if m is None else d.attributes(m, color=c, category=k) for d, m, (_, c, k) in zip(own, messages, ranges)]
             for name, messages in instances.items()
         }
     started = {number: NAMES.started(number) for kind, number, _ in lines if kind == "start"}

@@ -1,5 +1,6 @@
 """What the FX nodes Inductor compiles say about where they came from: the module calls Dynamo
-recorded, in the user's module paths, and whether a node computes anything from the graph's inputs.
+recorded, in the user's module paths, the user's markers open around it (`compiled_markers`), and
+whether a node computes anything from the graph's inputs.
 
 Checked on torch 2.11 and 2.14 (`inductor_reaches.TESTED_TORCH`), with `inductor`'s docstring
 on the metadata read here (``nn_module_stack``, ``fwd_nn_module_stack``).
@@ -10,6 +11,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Any
+
+from ..core.markers import Marker
+from .marker_nodes import is_marker_entry, split_markers
 
 __all__ = ["Origin", "graph_module_stacks", "module_digest", "module_path", "module_paths", "called_module", "node_origin", "static_nodes"]
 
@@ -36,7 +40,8 @@ def graph_module_stacks(gm: Any) -> list[tuple[str, str]]:
     found: dict[tuple[str, str], None] = {}
     for node in gm.graph.nodes:
         for key, value in (node.meta.get("nn_module_stack") or {}).items():
-            found[(str(key), module_path(str(value[0])))] = None
+            if not is_marker_entry(key):
+                found[(str(key), module_path(str(value[0])))] = None
     return list(found)
 
 
@@ -86,6 +91,9 @@ class Origin:
     # in a backward graph, anything that depends on no incoming gradient. Inductor may schedule
     # such a node anywhere (e.g. first), and dedupes constants across the graph.
     static: bool = False
+    # The user's markers open around it when Dynamo traced it, in push order (`compiled_markers`);
+    # in a backward graph, those of the forward node it is the gradient of.
+    markers: tuple[Marker, ...] = ()
 
 
 def static_nodes(graph: Any, phase: str) -> set[Any]:
@@ -112,7 +120,8 @@ def node_origin(node: Any, phase: str, static: bool = False) -> Origin:
         # Forward; or a forward value recomputed in the backward (it keeps its own stack).
         stack = meta.get("nn_module_stack")
     modules = []
-    for key, value in (stack or {}).items():
+    stack, markers = split_markers(stack or {})
+    for key, value in stack.items():
         source, cls = value[0], value[1]
         name = cls if isinstance(cls, str) else getattr(cls, "__name__", str(cls))
         modules.append((str(key), module_path(str(source)), name.rsplit(".", 1)[-1]))
@@ -121,4 +130,4 @@ def node_origin(node: Any, phase: str, static: bool = False) -> Origin:
     if getattr(node, "op", None) == "call_function":
         packet = getattr(target, "overloadpacket", None)
         op = getattr(packet, "__name__", None) or getattr(target, "__name__", "") or ""
-    return Origin(str(getattr(node, "name", "")), op, tuple(modules), static)
+    return Origin(str(getattr(node, "name", "")), op, tuple(modules), static, markers)

@@ -36,8 +36,8 @@ BACKEND_NAMES = {"eager": "eager PyTorch", "thunder": "thunder", "inductor": "In
 _EAGER = "eager PyTorch runs module calls, not a trace of ops"
 _INDUCTOR_PROXIES = "an Inductor graph has no thunder proxy names"
 _INDUCTOR_MARKERS = (
-    "re-emits the model's own NVTX markers, and under torch.compile the model's own NVTX markers break the graph, "
-    "so no kernel is inside one: select by module instead"
+    "the model's own markers (torch.cuda.nvtx, nvtx, record_function) stay in the compiled graph under NvtxInductor "
+    "(a marker pushed and popped in one graph, with a constant message); one that cannot is left out with a warning"
 )
 
 
@@ -65,11 +65,10 @@ SUPPORT: dict[type, Construct] = {
         "eager": f"selects ops by the values they read; {_EAGER}",
         "inductor": f"names thunder proxies; {_INDUCTOR_PROXIES}: select by 'op in <...>' or module",
     }),  # fmt: skip
-    T.MarkerIn: Construct("`marker <...>`", {
-        "eager": f"selects ops inside the model's own markers; {_EAGER}",
-        "inductor": "selects kernels inside the model's own NVTX markers, and under torch.compile the model's own "
-                    "NVTX markers break the graph, so no kernel is inside one: select by module instead",
-    }),  # fmt: skip
+    T.MarkerIn: Construct(
+        "`marker <...>`", {"eager": f"selects ops inside the model's own markers; {_EAGER}"},
+        notes={"inductor": _INDUCTOR_MARKERS},
+    ),
     T.Forward: Construct("`forward`"),
     T.Backward: Construct("`backward`"),
     T.All: Construct("`all`", {"eager": f"selects every op; {_EAGER}"}),
@@ -84,8 +83,8 @@ SUPPORT: dict[type, Construct] = {
     T.EachModule: Construct("`each module <...>`"),
     T.EachClass: Construct("`each class <...>`"),
     T.EachMarker: Construct(
-        "`each marker <...>`", {"inductor": _INDUCTOR_MARKERS},
-        notes={"eager": "adds no range: the model's own markers run as written"},
+        "`each marker <...>`",
+        notes={"eager": "adds no range: the model's own markers run as written", "inductor": _INDUCTOR_MARKERS},
     ),
     # Regions and their ends.
     T.Between: Construct("`between A..B`", {"eager": f"is a region between two ops; {_EAGER}"}),
@@ -106,7 +105,7 @@ SUPPORT: dict[type, Construct] = {
     }),  # fmt: skip
     RegionRule: Construct("a rule of one range per region (a lone `between`)", {"eager": f"gives one range per region of ops; {_EAGER}"}),
     EachRule: Construct("a rule of one range per module call (`each module`, `each class`)"),
-    EachMarkerRule: Construct("a rule of one range per marker occurrence (`each marker`)", {"inductor": _INDUCTOR_MARKERS}),
+    EachMarkerRule: Construct("a rule of one range per marker occurrence (`each marker`)"),
 }
 
 

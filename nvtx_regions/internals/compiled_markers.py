@@ -1,0 +1,262 @@
+"""The user's own markers under ``torch.compile`` (`NvtxInductor`): what Dynamo records of them, and how
+they ride through AOTAutograd to the kernels Inductor generates.
+
+Checked on torch 2.11 and 2.14 (CPU), nvtx 0.2.17.
+
+Capture (`install`, by the first `NvtxInductor`; `uninstall` puts everything back). Without it
+``torch.cuda.nvtx.range_push``/``range_pop``/``range`` stop a ``fullgraph=True`` compile ("torch.*
+op returned non-Tensor": Dynamo's ``trace_rules`` list them as in-graph functions), and the nvtx
+package's calls (Cython) break the graph. The substitutes below take their place (module
+attributes, and ``nvtx.annotate``'s methods, so an ``annotate`` object made or applied as a
+decorator before the install is covered too). While Dynamo traces (``torch.compiler.is_compiling()``)
+each puts one ``nvtx_regions::marker(action, form, message, domain, color)`` node into the graph;
+otherwise it calls the original (one Python call more). The op has side effects for FX
+(``torch.fx.node.has_side_effect``), so no dead-code pass drops it. Its kernel, where a graph that
+no `NvtxInductor` compiles runs it, does what the marker does, at its place among the kernels.
+
+``torch.profiler.record_function``: Dynamo drops it, unless ``torch._dynamo.config.
+capture_profiler_record_function`` is on (2.11, 2.14), which records
+``profiler._record_function_enter_new(name, args)`` and ``profiler._record_function_exit.
+_RecordFunction(handle)`` nodes. `install` turns it on; on a torch without it, `record_function_lost`
+says so.
+
+A reference taken before the install (``from torch.cuda.nvtx import range_push``) still names the
+original: under torch.compile it breaks the graph as before (``fullgraph=True``: Dynamo's error),
+and the marker runs as written, outside every graph.
+
+What the backend does with the marker nodes: `marker_nodes`.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
+
+
+__all__ = ["install", "uninstall", "installed", "marker_op", "record_function_lost"]
+
+NAMESPACE = "nvtx_regions"
+
+_lock = threading.Lock()
+_saved: list[tuple[Any, str, Any]] = []  # (owner, name, value before)
+_library: Any = None
+_record_function_config: list[bool] = []  # the value of capture_profiler_record_function before
+_MISSING = object()
+
+
+def installed() -> bool:
+    return bool(_saved)
+
+
+def marker_op() -> Any:
+    """``torch.ops.nvtx_regions.marker.default``, defined on first use (a ``torch.library`` fragment)."""
+    global _library
+    import torch
+
+    if _library is None:
+        _library = torch.library.Library(NAMESPACE, "FRAGMENT")
+        _library.define("marker(str action, str form, str? message, str? domain, str? color) -> ()")
+        _library.impl("marker", _run_marker, "CompositeExplicitAutograd")
+        torch.fx.node.has_side_effect(torch.ops.nvtx_regions.marker.default)
+    return torch.ops.nvtx_regions.marker.default
+
+
+def _run_marker(action: str, form: str, message: str | None, domain: str | None, color: str | None) -> None:
+    """The op's kernel: nothing while a compiler traces (Dynamo's and AOTAutograd's fake runs, under a
+    ``TracingContext``); else the marker itself, with the original functions."""
+    from torch._guards import TracingContext
+
+    if TracingContext.try_get() is not None:
+        return
+    originals = _originals
+    if form == "torch.cuda.nvtx":
+        if action == "push":
+            originals["range_push"](message)
+        else:
+            originals["range_pop"]()
+    else:
+        if action == "push":
+            originals["nvtx_push"](message, color_value(color), domain)
+        else:
+            originals["nvtx_pop"](domain)
+
+
+_originals: dict[str, Any] = {}
+
+
+def _color_text(color: Any) -> str | None:
+    return None if color is None else str(color)
+
+
+def color_value(text: str | None) -> Any:
+    if text is None:
+        return None
+    return int(text) if text.lstrip("-").isdigit() else text
+
+
+def _marker(action: str, form: str, message: Any = None, domain: Any = None, color: Any = None) -> None:
+    import torch
+
+    torch.ops.nvtx_regions.marker.default(action, form, message, domain, color)
+
+
+def install() -> None:
+    """Put the substitutes in place and turn record_function capture on (see the module doc); once."""
+    with _lock:
+        if _saved:
+            return
+        import torch
+        import torch.cuda.nvtx as torch_nvtx
+
+        marker_op()
+        push, pop = torch_nvtx.range_push, torch_nvtx.range_pop
+        _originals.update(range_push=push, range_pop=pop)
+
+        def range_push(msg: str) -> Any:
+            if torch.compiler.is_compiling():
+                _marker("push", "torch.cuda.nvtx", msg)
+                return 0
+            return push(msg)
+
+        def range_pop() -> Any:
+            if torch.compiler.is_compiling():
+                _marker("pop", "torch.cuda.nvtx")
+                return 0
+            return pop()
+
+        class range:  # noqa: N801 - torch's name
+            """``torch.cuda.nvtx.range``, as a class Dynamo traces (the original is in-graph for Dynamo)."""
+
+            def __init__(self, msg: str, *args: Any, **kwargs: Any) -> None:
+                self.msg = msg.format(*args, **kwargs) if args or kwargs else msg
+
+            def __enter__(self) -> None:
+                range_push(self.msg)
+
+            def __exit__(self, *exc: Any) -> bool:
+                range_pop()
+                return False
+
+            def __call__(self, function: Callable[..., Any]) -> Callable[..., Any]:
+                import functools
+
+                @functools.wraps(function)
+                def inner(*args: Any, **kwargs: Any) -> Any:
+                    with self:
+                        return function(*args, **kwargs)
+
+                return inner
+
+        for name, value in (("range_push", range_push), ("range_pop", range_pop), ("range", range)):
+            _set(torch_nvtx, name, value)
+        _install_nvtx_package()
+        config = torch._dynamo.config
+        if hasattr(config, "capture_profiler_record_function"):
+            _record_function_config.append(config.capture_profiler_record_function)
+            config.capture_profiler_record_function = True
+
+
+def _set(owner: Any, name: str, value: Any) -> None:
+    _saved.append((owner, name, vars(owner).get(name, _MISSING)))
+    setattr(owner, name, value)
+
+
+def _install_nvtx_package() -> None:
+    """nvtx 0.2.17: ``push_range``/``pop_range`` (module functions of ``nvtx.nvtx``, re-exported by
+    ``nvtx``); ``annotate.__init__`` (its ``get_domain`` is an ``lru_cache``, and the attributes
+    are built in Cython: Dynamo breaks the graph), ``__enter__``/``__exit__`` (Cython
+    ``libnvtx_push_range``/``libnvtx_pop_range``); a decorator's wrapper calls those two module
+    globals of ``nvtx.nvtx`` with the annotate's attributes, so they are substituted too, reading
+    the message (``EventAttributes.message.string``), colour and domain (``DomainHandle.name``)."""
+    try:
+        import nvtx
+        import nvtx.nvtx as module
+    except ImportError:
+        return
+    import torch
+
+    push, pop = module.push_range, module.pop_range
+    lib_push, lib_pop = module.libnvtx_push_range, module.libnvtx_pop_range
+    annotate = module.annotate
+    init, enter, exit_ = annotate.__init__, annotate.__enter__, annotate.__exit__
+
+    def push_range(message: Any = None, color: Any = "blue", domain: Any = None, category: Any = None, payload: Any = None) -> None:
+        if torch.compiler.is_compiling():
+            return _marker("push", "nvtx", message, domain, _color_text(color))
+        return push(message, color, domain, category, payload)
+
+    def pop_range(domain: Any = None) -> None:
+        if torch.compiler.is_compiling():
+            return _marker("pop", "nvtx", None, domain)
+        return pop(domain)
+
+    _originals.update(nvtx_push=push, nvtx_pop=pop)
+
+    def annotate_init(self: Any, message: Any = None, color: Any = None, domain: Any = None, category: Any = None, payload: Any = None) -> None:
+        if torch.compiler.is_compiling():
+            self.init_args = message, color, domain, category, payload
+            return None
+        return init(self, message, color, domain, category, payload)
+
+    def annotate_enter(self: Any) -> Any:
+        if torch.compiler.is_compiling():
+            message, color, domain = self.init_args[:3]
+            _marker("push", "nvtx", message, domain, _color_text(color))
+            return self
+        return enter(self)
+
+    def annotate_exit(self: Any, *exc: Any) -> bool:
+        if torch.compiler.is_compiling():
+            _marker("pop", "nvtx", None, self.init_args[2])
+            return False
+        return exit_(self, *exc)
+
+    def libnvtx_push_range(attributes: Any, handle: Any) -> Any:
+        if torch.compiler.is_compiling():
+            message = attributes.message
+            message = getattr(message, "string", message)
+            return _marker("push", "nvtx", message, handle.name or None, _color_text(attributes.color))
+        return lib_push(attributes, handle)
+
+    def libnvtx_pop_range(handle: Any) -> Any:
+        if torch.compiler.is_compiling():
+            return _marker("pop", "nvtx", None, handle.name or None)
+        return lib_pop(handle)
+
+    for owner in (nvtx, module):
+        _set(owner, "push_range", push_range)
+        _set(owner, "pop_range", pop_range)
+    _set(module, "libnvtx_push_range", libnvtx_push_range)
+    _set(module, "libnvtx_pop_range", libnvtx_pop_range)
+    _set(annotate, "__init__", annotate_init)
+    _set(annotate, "__enter__", annotate_enter)
+    _set(annotate, "__exit__", annotate_exit)
+
+
+def uninstall() -> None:
+    """Put back what `install` changed."""
+    with _lock:
+        while _saved:
+            owner, name, before = _saved.pop()
+            if before is _MISSING:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, before)
+        if _record_function_config:
+            import torch
+
+            torch._dynamo.config.capture_profiler_record_function = _record_function_config.pop()
+
+
+def record_function_lost() -> str | None:
+    """Why this torch's Dynamo drops ``record_function`` inside a compiled graph, or None where
+    `install` made it record them."""
+    import torch
+
+    if hasattr(torch._dynamo.config, "capture_profiler_record_function"):
+        return None
+    return (
+        f"torch {torch.__version__} has no torch._dynamo.config.capture_profiler_record_function, so Dynamo "
+        "drops every torch.profiler.record_function inside a compiled graph"
+    )
