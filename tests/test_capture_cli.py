@@ -272,3 +272,14 @@ def test_sigint_to_capture_alone_does_not_cut_the_run_short(tmp_path):
     assert proc.returncode == 0, stderr
     seen = read_chrome_trace(json.loads(out.read_text()))
     assert [ev["name"] for ev in seen["ranges"]] == ["after the interrupt"]
+
+
+def test_emit_reaches_the_command_and_must_hold_nvtx(tmp_path):
+    child = script(tmp_path, "import os; print('emit:', os.environ.get('NVTX_REGIONS_EMIT'))")
+    out = tmp_path / "timeline.json"
+    result = cli("capture", "-o", str(out), "--emit", "nvtx,record_function", "--", sys.executable, child)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "emit: nvtx,record_function" in result.stdout
+    refused = cli("capture", "-o", str(tmp_path / "never.json"), "--emit", "record_function", "--", sys.executable, child)
+    assert refused.returncode == 2 and "--emit record_function: nvtx-regions capture records NVTX ranges only" in refused.stderr
+    assert "emit:" not in refused.stdout

@@ -3,6 +3,7 @@ write its ranges as a Chrome trace and print an nvtx_sum-like summary.
 
     nvtx-regions capture -o timeline.json -- python train.py --steps 3
     nvtx-regions capture -o timeline.json --summary-by label -- torchrun --nproc_per_node=2 train.py
+    nvtx-regions capture -o timeline.json --emit nvtx,record_function -- python train.py   # the script's torch.profiler gets them too
 
 The command's stdin, stdout and stderr are its own (nothing is buffered
 here). Every process it starts that makes an NVTX call, torchrun workers
@@ -47,6 +48,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .child import ended, private_tempdir, run_child
+from .emit import add_emit_option, emit_env, require_nvtx
 from .status import PROBLEM_FOUND, UsageError, child_status
 
 if TYPE_CHECKING:
@@ -57,7 +59,7 @@ __all__ = ["HELP", "DESCRIPTION", "USAGE", "EXAMPLE", "CaptureOutcome", "add_arg
 
 HELP = "run a command with NVTX capture; write a Chrome trace; print a summary"
 DESCRIPTION = "Run COMMAND with the NVTX capture tool; write a Chrome trace; print an nvtx_sum-like summary."
-USAGE = "nvtx-regions capture [-o FILE] [--force-overwrite] [--summary-by {message,label}] [--raw-dir DIR] -- COMMAND..."
+USAGE = "nvtx-regions capture [-o FILE] [--force-overwrite] [--summary-by {message,label}] [--raw-dir DIR] [--emit SINKS] -- COMMAND..."
 EXAMPLE = "nvtx-regions capture -o timeline.json -- python train.py"
 
 
@@ -240,15 +242,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="one row per message (default), or per rule (NVTX category)")  # fmt: skip
     parser.add_argument("--raw-dir", help="keep each process's event stream (nvtx-<pid>.jsonl) in this directory")
     parser.add_argument("--force-overwrite", action="store_true", help="replace FILE if it exists (as nsys's flag)")
+    add_emit_option(parser, "default: the script's own, NVTX unless it says otherwise; capture records nvtx")
 
 
 def run(args: argparse.Namespace) -> int:
     """``nvtx-regions capture``: `args.command` is the command after ``--``."""
     command = args.command
+    require_nvtx(args.emit, "nvtx-regions capture")
     check_output(args.output, command, force=args.force_overwrite)
     if args.raw_dir is not None:
         check_raw_dir(args.raw_dir)
-    outcome = run_capture(command, args.output, by=args.summary_by, raw_dir=args.raw_dir)
+    env = {**os.environ, **emit_env(args.emit)}
+    outcome = run_capture(command, args.output, by=args.summary_by, raw_dir=args.raw_dir, env=env)
     sys.stdout.flush()
     print(report(outcome, args.output, command), flush=True)
     if outcome.not_written is not None and not outcome.returncode:
