@@ -188,6 +188,11 @@ def _domain_value(domain: str | None) -> str:
     return DEFAULT_DOMAIN_WORD if domain is None else domain.replace(",", "\\,")
 
 
+def _marker_rule(compiled: CompiledSpec) -> EachMarkerRule | None:
+    """The first rule that re-emits the user's NVTX markers, in their own domains (the reports then keep every domain)."""
+    return next((rule for rule in compiled.rules if isinstance(rule, EachMarkerRule)), None)
+
+
 def _record_flags(compiled: CompiledSpec, domain: str | None) -> tuple[list[Flag], list[str]]:
     """(flags, notes) of what nsys records: NVTX and CUDA, only the spec's NVTX `domain` (every
     domain where the spec re-emits the user's markers, in their own domains), no sampling."""
@@ -200,10 +205,10 @@ def _record_flags(compiled: CompiledSpec, domain: str | None) -> tuple[list[Flag
         ),
     ]
     notes = []
-    markers = [rule for rule in compiled.rules if isinstance(rule, EachMarkerRule)]
-    if markers:
+    marker = _marker_rule(compiled)
+    if marker is not None:
         notes.append(
-            f"no --nvtx-domain-include: rule {render(markers[0].rule)!r} re-emits your markers in their own NVTX domains"
+            f"no --nvtx-domain-include: rule {render(marker.rule)!r} re-emits your markers in their own NVTX domains"
         )
     else:
         flags.append(
@@ -342,10 +347,9 @@ def nsys_command(
     captured, capture_notes = _capture_flags(compiled, domain, torchrun=torchrun)
     flags = [*recorded, *captured, _output_flag(output, torchrun=torchrun, collections=bool(captured))]
     argv, launch_notes = _launch(["nsys", "profile", *(f.text for f in flags)], command, workers)
-    markers = any(isinstance(rule, EachMarkerRule) for rule in compiled.rules)
     return NsysCommand(
         tuple(_with_env(argv, spec_path, emit)), tuple(flags), (*notes, *capture_notes, *launch_notes), output,
-        ANY_DOMAIN if markers else domain, torchrun,
+        domain if _marker_rule(compiled) is None else ANY_DOMAIN, torchrun,
     )  # fmt: skip
 
 
