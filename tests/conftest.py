@@ -74,6 +74,10 @@ def dynamo_state_of_this_module_only():
         torch.compiler.reset()
 
 
-@pytest.fixture(params=list(CONFIGS), ids=lambda c: f"{c[0]}-{c[1] or 'default'}")
+# GPT with torch.compile fusions costs a minute to compile: in the slow tier (the MLP's fusions stay).
+@pytest.fixture(
+    params=[pytest.param(c, marks=pytest.mark.slow) if c == ("gpt", "torchcompile") else c for c in CONFIGS],
+    ids=lambda c: f"{c[0]}-{c[1] or 'default'}",
+)
 def config(request):
     return request.param

@@ -140,6 +140,7 @@ def test_replayed_variant_is_the_real_compilation(variant):
     assert replayed.ranges[0] > 0 and replayed.ranges[1] > 0
 
 
+@pytest.mark.slow
 def test_benchmark_smoke(tmp_path):
     """`benchmarks/run.py --smoke` runs every section and reports finite ratios (no timing checked)."""
     from nvtx_regions.testing import unavailable_reason
@@ -179,6 +180,7 @@ def test_benchmark_smoke(tmp_path):
     assert again.returncode == 0 and again.stdout == text, again.stderr[-4000:]
 
 
+@pytest.mark.slow
 def test_footprint_smoke():
     """`benchmarks/footprint.py` builds each changed copy and reports a finite ratio for each (no timing checked)."""
     from nvtx_regions.testing import unavailable_reason
@@ -194,6 +196,7 @@ def test_footprint_smoke():
     assert all(math.isfinite(float(row[2])) for row in rows[1:]), rows
 
 
+@pytest.mark.slow
 def test_nsys_cost_smoke():
     """`benchmarks/nsys_cost.py` runs its child under the real nsys, which recorded every range the
     steps and the floor loop pushed (the script checks it), and reports finite figures (no timing checked)."""

@@ -69,6 +69,7 @@ def test_subprocesses_import_this_checkout():
     assert Path(out.stdout.strip()).resolve().is_relative_to(ROOT)
 
 
+@pytest.mark.slow
 @pytest.mark.thunder
 def test_capture_of_a_jitted_model_end_to_end(tmp_path):
     out, raw = tmp_path / "timeline.json", tmp_path / "raw"

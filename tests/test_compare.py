@@ -181,6 +181,7 @@ def _rows(text: str) -> list[tuple[str, int, int]]:
     return [(m[1], int(m[2]), int(m[3])) for m in map(ROW.match, text.splitlines()) if m]
 
 
+@pytest.mark.slow
 @pytest.mark.thunder
 def test_example_compares_eager_with_thunder(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}

@@ -264,7 +264,8 @@ def torchrun_examples(tmp_path_factory) -> Iterator[list[tuple[subprocess.Popen,
 @pytest.fixture(scope="module")
 def session(tmp_path_factory, torchrun_examples) -> dict:
     """Every page's `run` examples and every `specs` line, run in one child process; without thunder,
-    the pages whose examples need none (the others' tests are deselected)."""
+    the pages whose examples need none (the others' tests are deselected). Minutes on a CPU: the
+    tests that read it are in the slow tier."""
     tmp = tmp_path_factory.mktemp("docs")
     todo = {"pages": {}, "specs": spec_lines() if THUNDER_INSTALLED else [], "thunder": THUNDER_INSTALLED}
     # api.md first: the printed trace it shows names its ranges by how many transforms the process made.
@@ -285,6 +286,7 @@ def page_needs_thunder(page: str) -> bool:
     return any(needs_thunder(body) for p, _, body in blocks("run") if name(p) == page)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", [thunder_if(page_needs_thunder(p), p) for p in pages_with_examples()])
 def test_page_examples_run(session, page):
     result = session["pages"][page]
@@ -292,6 +294,7 @@ def test_page_examples_run(session, page):
     assert result["warnings"] == [], "an example gives a warning it does not expect"
 
 
+@pytest.mark.slow
 @pytest.mark.thunder
 def test_specs_select_something_on_the_quickstart_model(session):
     assert len(spec_lines()) >= 5
@@ -303,6 +306,7 @@ def test_readme_shows_five_specs():
     assert len([line for _, _, body in blocks("specs", README) for line in body.splitlines() if line.strip()]) == 5
 
 
+@pytest.mark.slow
 @pytest.mark.thunder
 def test_thunderfx_page_imports_thunder_dynamo(session):
     # The page says a plain `import thunder` does not import thunder.dynamo: true of thunder 0.2.6.
@@ -312,6 +316,7 @@ def test_thunderfx_page_imports_thunder_dynamo(session):
     assert "thunder.dynamo" in imports
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("index", [thunder_if(needs_thunder(body), i) for i, (_, _, body) in enumerate(blocks("torchrun"))])
 def test_torchrun_examples_run(torchrun_examples, session, index):
     page, line, _ = blocks("torchrun")[index]
@@ -337,6 +342,7 @@ def trace_excerpt(stdout: str) -> str:
     return "\n".join(code[: first_pop + 2])
 
 
+@pytest.mark.slow
 @pytest.mark.thunder
 def test_trace_excerpt_is_the_real_trace(session):
     ((_, _, shown),) = blocks("trace excerpt", API)

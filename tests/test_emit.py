@@ -22,7 +22,7 @@ import nvtx_regions
 from nvtx_regions.testing import capture_subprocess, unavailable_reason
 
 WORKER = Path(__file__).parent / "workers" / "profiler_sink.py"
-BACKENDS = ["eager", "inductor", pytest.param("thunder", marks=pytest.mark.thunder)]
+BACKENDS = ["eager", pytest.param("inductor", marks=pytest.mark.slow), pytest.param("thunder", marks=pytest.mark.thunder)]
 OURS = {"blocks.0", "blocks.1", "blocks.0 (backward)", "blocks.1 (backward)", "blocks.0.fc", "blocks.1.fc"}
 
 
@@ -86,6 +86,7 @@ def test_both_sinks_give_the_same_ranges(backend, tmp_path):
     assert pushed == in_trace
 
 
+@pytest.mark.slow
 def test_record_function_alone_leaves_nvtx_empty(tmp_path):
     if unavailable_reason():
         pytest.skip(f"capture tool unavailable: {unavailable_reason()}")

@@ -171,6 +171,7 @@ def distributed():
     return kit.torchrun_workers()
 
 
+@pytest.mark.slow
 def test_distributed_wrappers_take_the_jitted_module(distributed):
     """thunder 0.2.6's ddp() and fsdp() accept a ThunderModule only: jit with the transform, then wrap."""
     outs, _ = distributed
@@ -183,6 +184,7 @@ def test_distributed_wrappers_take_the_jitted_module(distributed):
         )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("wrapper", ["ddp", "fsdp"])
 def test_distributed_each_rank(distributed, wrapper):
     outs, ranks = distributed
@@ -207,6 +209,7 @@ def test_distributed_each_rank(distributed, wrapper):
     }  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("wrapper", ["ddp", "fsdp"])
 def test_distributed_module_paths_are_the_users(distributed, wrapper):
     """`each module <*>` on the MLP (Linear, GELU, Linear) under ddp()/fsdp(): paths 0..2, forward and
@@ -221,6 +224,7 @@ def test_distributed_module_paths_are_the_users(distributed, wrapper):
         assert kit.captured(ranks[rank], f"{wrapper}_modules") == {outs[rank]["tid"]: _steps(outs[rank][f"{wrapper}_modules"])}
 
 
+@pytest.mark.slow
 def test_fsdp_each_module_gives_exact_block_ranges(distributed):
     """Issue 16: fsdp(thunder.jit(open_llama)) with `each module <transformer.h.*>`, 2 ranks:
     no SelectorError, one range per block forward and backward, where workers/block_reference.py

@@ -30,6 +30,7 @@ def explain_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.thunder
 def test_explain_on_the_quickstart_model_agrees_with_its_range_counts():
     result = explain_cli("examples/regions.nvtx", "--max-ops", "1", "--", sys.executable, "examples/quickstart.py")

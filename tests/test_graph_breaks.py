@@ -66,7 +66,8 @@ CORPUS = [
 ]
 
 
-@pytest.mark.parametrize("pattern", CORPUS)
+# "print" in the default run; the rest of the corpus in the slow tier.
+@pytest.mark.parametrize("pattern", [p if p == "print" else pytest.param(p, marks=pytest.mark.slow) for p in CORPUS])
 def test_ranges_through_a_graph_break_are_eagers(cache, pattern):
     # Before: the blocks got no range and the Linear ranges carried other blocks' names, silently.
     spec = "each module <blocks.*>\neach class <Linear>"
@@ -82,7 +83,8 @@ def test_ranges_through_a_graph_break_are_eagers(cache, pattern):
 
 @pytest.mark.parametrize(
     "spec",
-    ["each module <blocks.0.*>", "each module <blocks.1.fc2>\neach class <Linear> and backward"],
+    [pytest.param("each module <blocks.0.*>", marks=pytest.mark.slow),
+     "each module <blocks.1.fc2>\neach class <Linear> and backward"],
     ids=["one-instance", "one-instance-and-all"],
 )
 def test_a_spec_that_selects_in_some_instances_of_shared_code_is_eagers(cache, spec):
@@ -95,6 +97,7 @@ def test_a_spec_that_selects_in_some_instances_of_shared_code_is_eagers(cache, s
     assert out["warnings"] == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["qwen2_moe", "mixtral"])
 def test_moe_with_eager_experts_is_eagers(cache, model):
     # Before: layer 1's attention range was named model.layers.0.self_attn, and the layers got none.
@@ -108,6 +111,7 @@ def test_moe_with_eager_experts_is_eagers(cache, model):
     assert out["warnings"] == []
 
 
+@pytest.mark.slow
 def test_diagnostics_are_the_same_on_a_cache_hit(tmp_path):
     # A typo warns on the compile and on the cache hit; strict=True raises SelectorError in both.
     typo = "each module <blokcs.*>"

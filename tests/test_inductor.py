@@ -177,6 +177,7 @@ def gpt():
     return annotated, plain, _eager_events(small_gpt(), gpt_inputs, BLOCKS_SPEC)
 
 
+@pytest.mark.slow
 def test_gpt_block_ranges_are_eagers_in_order_and_balanced(gpt):
     annotated, _, eager = gpt
     assert _ranges(annotated.events) == _ranges(eager) == GPT_STEP * 2
@@ -184,6 +185,7 @@ def test_gpt_block_ranges_are_eagers_in_order_and_balanced(gpt):
     assert _pushes(annotated.events) == _pushes(eager)
 
 
+@pytest.mark.slow
 def test_gpt_compiles_as_plain_torch_compile(gpt):
     annotated, plain, _ = gpt
     assert annotated.graph_breaks == plain.graph_breaks == 0
@@ -213,6 +215,7 @@ def _range_bodies(code: str) -> dict[str, str]:
     return bodies
 
 
+@pytest.mark.slow
 def test_gpt_each_block_range_holds_its_own_kernels(gpt):
     # Each block has 4 Linear, one attention and one GELU: the forward range holds
     # 4 addmm, one attention and one GELU kernel; the backward range 8 mm (input and
@@ -242,6 +245,7 @@ def test_gpt_each_block_range_holds_its_own_kernels(gpt):
         assert len(re.findall(r"cpp_fused_gelu_gelu_backward\w*\(", body)) == 1, block
 
 
+@pytest.mark.slow
 def test_explain_says_what_each_rule_selected(gpt):
     annotated, _, _ = gpt
     text = str(annotated.backend.explain())
@@ -256,6 +260,7 @@ def test_explain_says_what_each_rule_selected(gpt):
 # -- litgpt's llama-like model (thunder's test copy of it) -------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.thunder
 def test_llama_block_ranges_are_eagers_with_no_graph_break():
     from nvtx_regions.inductor import NvtxInductor
@@ -311,6 +316,7 @@ def test_a_second_process_hits_the_cache_and_still_emits_the_ranges(tiny):
     assert _ranges(result.events) == TINY_STEP * 2
 
 
+@pytest.mark.slow
 def test_a_wrapper_cached_by_another_build_of_nvtx_regions_is_a_miss(tiny, tmp_path):
     # Any file of the package may change what a wrapper gets (which kernel belongs to which
     # module, what a rule selects), not only the code that writes the lines: a build that
@@ -331,6 +337,7 @@ def test_a_wrapper_cached_by_another_build_of_nvtx_regions_is_a_miss(tiny, tmp_p
     assert _ranges(result.events) == TINY_STEP * 2
 
 
+@pytest.mark.slow
 def test_a_plain_compile_after_an_annotated_one_emits_no_range(tiny):
     directory, _, _ = tiny
     result, counts = _worker(directory, "-")
@@ -562,6 +569,7 @@ def test_reduce_overhead_gets_one_warning_and_no_range():
 # -- the real consumers: Nsight Systems, and compare ----------------------------------------
 
 
+@pytest.mark.slow
 def test_nsys_sees_the_inductor_ranges(tiny, tmp_path):
     from test_nsys_real import export, nsys_ranges, run
 
@@ -606,6 +614,7 @@ def test_compare_lines_inductor_up_with_eager_module_by_module(tiny, tmp_path):
     assert counts == {message: (2, 2) for message in TINY_STEP}
 
 
+@pytest.mark.slow
 def test_the_docs_example_runs_and_emits_the_block_ranges(tmp_path):
     text = (ROOT / "docs" / "inductor.md").read_text(encoding="utf-8")
     (example,) = re.findall(r"<!-- test: inductor-example -->\s*```python\n(.*?)```", text, flags=re.S)

@@ -291,6 +291,7 @@ def make_marked_llama(n_layer: int = 2):
     return model
 
 
+@pytest.mark.slow
 def test_llama_stacks_match_eager(nvtx_capture):
     model = make_marked_llama()
     torch.manual_seed(1)
@@ -542,7 +543,7 @@ def _marked_models():
     }
 
 
-@pytest.mark.parametrize("name", ["toy", "nanogpt", "llama"])
+@pytest.mark.parametrize("name", ["toy", "nanogpt", pytest.param("llama", marks=pytest.mark.slow)])
 def test_each_marker_forward_is_eager_call_for_call(name, nvtx_capture):
     """The same (domain, message, depth) pushes and pops as eager, on the first call and the later ones."""
     make, inputs = _marked_models()[name]

@@ -96,7 +96,7 @@ def block_of(path: str) -> int | None:
     return None if found is None else int(found.group(1))
 
 
-@pytest.mark.parametrize("model_name", ["gpt", "llama"])
+@pytest.mark.parametrize("model_name", ["gpt", pytest.param("llama", marks=pytest.mark.slow)])
 def test_forward_attribution_matches_source_and_parameters(model_name):
     model, forward, _ = traced(model_name)
     sources = forward_source_classes(model)
@@ -287,7 +287,7 @@ def test_explain_shows_modules_and_calls():
 # ------------------------------------------------------------------ captured ranges
 
 
-@pytest.mark.parametrize("model_name", ["gpt", "llama"])
+@pytest.mark.parametrize("model_name", ["gpt", pytest.param("llama", marks=pytest.mark.slow)])
 def test_each_module_ranges_captured(model_name, nvtx_capture):
     make = make_gpt if model_name == "gpt" else make_llama
     transform = NvtxProfileTransform(
@@ -356,6 +356,7 @@ def test_thunderfx_gives_the_same_paths():
     assert len(lines) == 6 and len(h1) == 4 and len(attn) == 4
 
 
+@pytest.mark.slow
 def test_modules_benchmark_smoke():
     """benchmarks/modules.py runs and counts the ranges it compares (1 layer: one block, forward and backward)."""
     import subprocess

@@ -6,6 +6,9 @@ README's specs and for a few more: each must finish on its own and collect exact
 comments say. Each nsys run costs tens of seconds, so one run serves several tests
 (module-scoped fixtures).
 
+The default run keeps the short ones (eager ranges, ``nvtx-regions nsys --run``); the rest,
+each a run of tens of seconds or a torchrun, are marked ``slow``.
+
 Needs nsys (``.ci/install-nsys`` installs Nsight Systems 2022.4.2 on Debian bookworm):
 without it these tests skip, except under ``CI=true``, where they fail.
 """
@@ -90,6 +93,7 @@ def quickstart(tmp_path_factory):
     return directory / "quickstart.nsys-rep", export(directory / "quickstart.nsys-rep"), records, timeline, int(said)
 
 
+@pytest.mark.slow
 @pytest.mark.thunder
 def test_quickstart_ranges_are_the_ones_our_capture_sees(quickstart):
     _, sqlite, records, _, said = quickstart
@@ -101,6 +105,7 @@ def test_quickstart_ranges_are_the_ones_our_capture_sees(quickstart):
     assert max(r.depth for r in seen) >= 1  # per-op ranges nest inside the block ranges
 
 
+@pytest.mark.slow
 @pytest.mark.thunder
 def test_report_gives_the_table_of_our_capture(quickstart):
     report, sqlite, records, _, _ = quickstart
@@ -121,6 +126,7 @@ def test_report_gives_the_table_of_our_capture(quickstart):
     assert "transformer.h.0" in printed.stdout and "GPU-projected time: none" in printed.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.thunder
 def test_compare_takes_nsys_reports(quickstart):
     report, sqlite, _, timeline, said = quickstart
@@ -153,6 +159,7 @@ def training(tmp_path_factory):
     return directory / "training.nsys-rep", nsys_ranges(export(directory / "training.nsys-rep"))
 
 
+@pytest.mark.slow
 @pytest.mark.thunder
 def test_each_module_forward_and_backward_in_order(training):
     _, seen = training
@@ -161,6 +168,7 @@ def test_each_module_forward_and_backward_in_order(training):
     assert blocks == step * 5
 
 
+@pytest.mark.slow
 @pytest.mark.thunder
 def test_gated_ranges_only_in_their_steps(training):
     _, seen = training
@@ -172,6 +180,7 @@ def test_gated_ranges_only_in_their_steps(training):
     assert all("linear(" in r.message for r in gated)
 
 
+@pytest.mark.slow
 @pytest.mark.thunder
 def test_report_per_module_forward_and_backward(training):
     report, _ = training
@@ -202,6 +211,7 @@ def assert_block0_collections(reports: list[list[NsysRange]]) -> None:
     assert len({len(r) for r in reports}) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.thunder
 def test_readme_steps_spec_one_process(tmp_path):
     command = nsys_command(load(ROOT / STEPS), ["python", "examples/train.py", "--steps", "13", "--spec", STEPS, "--backend", "thunder"],
@@ -214,6 +224,7 @@ def test_readme_steps_spec_one_process(tmp_path):
     assert_block0_collections(collected(tmp_path, "steps"))
 
 
+@pytest.mark.slow
 @pytest.mark.thunder
 def test_readme_steps_spec_under_torchrun(tmp_path):
     argv = [TORCHRUN, f"--master_port={free_port()}", *shlex.split(f"--nproc_per_node=2 examples/train.py --steps 13 --spec {STEPS} --backend thunder")]
@@ -226,6 +237,7 @@ def test_readme_steps_spec_under_torchrun(tmp_path):
     assert not list(tmp_path.glob("report.rank1*"))  # `rank in <0>`: rank 1 never started collecting
 
 
+@pytest.mark.slow
 @pytest.mark.thunder
 def test_torchrun_two_ranks_one_report_each(tmp_path):
     text = "blocks: each module <transformer.h.*>\nrank in <1> and op in <linear>"
@@ -245,6 +257,7 @@ def test_torchrun_two_ranks_one_report_each(tmp_path):
     assert others[1] and all("linear(" in r.message for r in others[1])
 
 
+@pytest.mark.slow
 def test_a_run_past_its_timeout_leaves_no_process_behind_and_no_lock_held(tmp_path):
     """A hung nsys run, ended at its timeout, takes its target with it (it runs in a session of its
     own), and nothing but the flock of a running nsys holds the test run's nsys lock: once a hung
@@ -335,6 +348,7 @@ def test_a_run_that_collects_no_range_of_the_spec_fails_and_says_so(tmp_path):
     ) in done.output
 
 
+@pytest.mark.slow
 @pytest.mark.thunder
 def test_region_in_both_traces_collects_each_step_twice(tmp_path):
     # No `and forward`/`and backward`: the region is in the forward and the backward trace,
@@ -365,6 +379,7 @@ print("ran to the end")
 """
 
 
+@pytest.mark.slow
 @pytest.mark.thunder
 def test_default_domain_and_open_ended_steps(tmp_path):
     # `--nvtx-domain-include=default`, `--nvtx-capture=LABEL` without a domain, `--capture-range-end=repeat`.
@@ -417,6 +432,7 @@ with torch.no_grad():
 """
 
 
+@pytest.mark.slow
 @pytest.mark.thunder
 def test_user_markers_line_up_under_nsys_eager_and_thunder(tmp_path):
     seen = {}

@@ -154,6 +154,7 @@ def tutorial(tmp_path_factory):
     return backends, out, done
 
 
+@pytest.mark.slow
 def test_tutorial_runs_each_backend_under_nsys(tutorial):
     backends, out, done = tutorial
     for number, backend in enumerate(backends, 1):
@@ -163,6 +164,7 @@ def test_tutorial_runs_each_backend_under_nsys(tutorial):
     assert (out / "table.txt").read_text().strip() in done.stdout
 
 
+@pytest.mark.slow
 def test_the_tutorial_shows_the_real_output(tutorial):
     # The times differ from run to run, and so does the order of rows that follows them.
     backends, out, done = tutorial
@@ -180,6 +182,7 @@ def test_the_tutorial_shows_the_real_output(tutorial):
         assert masked(real)[0] == masked(shown)[0] and len(masked(real)) == len(masked(shown)) - 1
 
 
+@pytest.mark.slow
 def test_every_block_row_for_every_backend_and_warmup_left_out(tutorial):
     backends, out, done = tutorial
     head, cells, _ = table_cells(done.stdout)
@@ -196,6 +199,7 @@ def test_every_block_row_for_every_backend_and_warmup_left_out(tutorial):
     assert "CPU time per module call" in done.stdout  # no GPU here: no CUDA kernels in the reports
 
 
+@pytest.mark.slow
 def test_medians_are_those_of_the_sqlite_export(tutorial):
     backends, out, done = tutorial
     _, cells, order = table_cells(done.stdout)
@@ -218,6 +222,7 @@ def test_medians_are_those_of_the_sqlite_export(tutorial):
         assert [t.median_ns for t in row.times] == [medians[b][(row.module, row.phase)] for b in backends]
 
 
+@pytest.mark.slow
 def test_chart_bars_and_ratios_are_those_of_the_sqlite_export(tutorial):
     backends, out, done = tutorial
     assert f"the chart in {out / 'profile.png'} and {out / 'profile.svg'}" in done.stdout
@@ -240,6 +245,7 @@ def test_chart_bars_and_ratios_are_those_of_the_sqlite_export(tutorial):
     assert chart.words == {}
 
 
+@pytest.mark.slow
 def test_gpu_projected_time_where_the_report_holds_kernels(tutorial, tmp_path):
     # No GPU here: the eager run's real export, with one CUDA launch and kernel added inside each block
     # range (kernel k lasts 1000 + k ns), as a GPU run records them; the table must show those spans.
@@ -274,6 +280,7 @@ def test_gpu_projected_time_where_the_report_holds_kernels(tutorial, tmp_path):
 # ------------------------------------------------------------------ a spec beyond `each module`: regions, op rules, n/a
 
 
+@pytest.mark.slow
 def test_rules_a_backend_cannot_express_read_n_a_and_the_run_succeeds(tmp_path):
     """docs/profile.md's command with examples/regions.nvtx (op rules and a region): eager leaves
     those rules out with one warning and runs the rest; its cells read n/a, never failed."""
@@ -509,7 +516,7 @@ def test_usage_error_messages(tmp_path, capsys):
 # ------------------------------------------------------------------ the one-line API
 
 
-@pytest.mark.parametrize("backend", ["eager", "inductor", pytest.param("thunder", marks=pytest.mark.thunder)])
+@pytest.mark.parametrize("backend", ["eager", pytest.param("inductor", marks=pytest.mark.slow), pytest.param("thunder", marks=pytest.mark.thunder)])
 def test_doc_script_runs_on_each_backend(tmp_path, backend):
     if unavailable_reason():
         pytest.skip(unavailable_reason())

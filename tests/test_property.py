@@ -93,6 +93,7 @@ def specs_for(forward, backward):
     return st.lists(rule, min_size=1, max_size=3).map(lambda rules: render(T.Spec(tuple(rules))))
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(PROGRAMS, st.data())
 def test_generated_traces_and_specs(program, data):

@@ -31,7 +31,8 @@ def test_the_tutorial_shows_each_command_once_in_order():
 
 
 # The tutorial's script runs under thunder (its spec selects thunder ops); `nsys` only prints a command.
-@pytest.mark.parametrize("name", [n if n == "nsys" else pytest.param(n, marks=pytest.mark.thunder) for n in COMMANDS])
+# capture and explain run the tutorial's script (half a minute each): in the slow tier.
+@pytest.mark.parametrize("name", [n if n == "nsys" else pytest.param(n, marks=[pytest.mark.thunder, pytest.mark.slow]) for n in COMMANDS])
 def test_page_output_is_the_real_output(name):
     if name in ("capture", "report") and unavailable_reason():
         pytest.skip(f"capture tool unavailable: {unavailable_reason()}")

@@ -386,6 +386,7 @@ def _retained_bytes_per_compilation(transform: NvtxProfileTransform, forward, ba
     return (end - start) / (last - first)
 
 
+@pytest.mark.slow
 def test_memory_stays_bounded_over_a_thousand_recompilations():
     from support.models import compiled
 

@@ -84,6 +84,7 @@ def test_step_gates_read_the_step_clock_forward_and_backward_alike():
     assert kit.captured(process, "steps") == {out["tid"]: expected}
 
 
+@pytest.mark.slow
 def test_rank_gates_differ_between_torchrun_ranks():
     outs, ranks = kit.torchrun_workers()  # shared with test_entry_points.py
     # Same compiled traces on both ranks, compiled once: the rank is read at run time.

@@ -78,7 +78,8 @@ def run(backend: str, scenario: str, inductor_cache):
     return [e for e in process.events if e.domain == "nvtx_regions"]
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+# Inductor's steps of a loop in the slow tier (a minute of compiling); its optimizer steps stay in the default run.
+@pytest.mark.parametrize("backend", ["eager", pytest.param("inductor", marks=pytest.mark.slow), BACKENDS[2]])
 def test_steps_of_a_loop_are_its_iterations(backend, inductor_cache):
     events = run(backend, "loop", inductor_cache)
     (roots,) = range_tree(events).values()  # one thread: CPU backward runs on the caller's

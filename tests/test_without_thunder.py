@@ -117,6 +117,7 @@ def test_the_library_runs_eager_and_inductor_without_importing_thunder(tmp_path)
     assert not log.exists(), log.read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(bool(unavailable_reason()), reason=f"capture tool unavailable: {unavailable_reason()}")
 def test_the_commands_run_without_importing_thunder(tmp_path):
     log = tmp_path / "thunder.log"
