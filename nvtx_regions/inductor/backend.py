@@ -176,6 +176,13 @@ class NvtxInductor:
         self.cache_key = f"nvtx_regions:{digest}"
         loaded.register(self.cache_key, self)
         dynamo.recompile_limit_hits(_recompile_limit_hit)
+        for module, name, api in compiled_markers.held_before():
+            self._say(
+                f"held:{module}.{name}",
+                f"{self!r}: {module}.{name} is {api} as it was before NvtxInductor existed (a 'from ... import'), so "
+                "under torch.compile its calls break the graph (fullgraph=True: an error) and run outside the compiled "
+                f"code. Call it as {api}(...) instead",
+            )
         lost = compiled_markers.record_function_lost()
         if lost is not None:
             self._say(

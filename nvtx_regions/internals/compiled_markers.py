@@ -22,7 +22,8 @@ says so.
 
 A reference taken before the install (``from torch.cuda.nvtx import range_push``) still names the
 original: under torch.compile it breaks the graph as before (``fullgraph=True``: Dynamo's error),
-and the marker runs as written, outside every graph.
+and the marker runs as written, outside every graph. `held_before` finds such references in the
+modules loaded so far, for a warning.
 
 What the backend does with the marker nodes: `marker_nodes`.
 """
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 
-__all__ = ["install", "uninstall", "installed", "marker_op", "record_function_lost"]
+__all__ = ["install", "uninstall", "installed", "marker_op", "record_function_lost", "held_before"]
 
 NAMESPACE = "nvtx_regions"
 
@@ -111,7 +112,7 @@ def install() -> None:
 
         marker_op()
         push, pop = torch_nvtx.range_push, torch_nvtx.range_pop
-        _originals.update(range_push=push, range_pop=pop)
+        _originals.update(range_push=push, range_pop=pop, range=torch_nvtx.range)
 
         def range_push(msg: str) -> Any:
             if torch.compiler.is_compiling():
@@ -247,6 +248,35 @@ def uninstall() -> None:
             import torch
 
             torch._dynamo.config.capture_profiler_record_function = _record_function_config.pop()
+
+
+_NAMES = {
+    "range_push": "torch.cuda.nvtx.range_push", "range_pop": "torch.cuda.nvtx.range_pop",
+    "range": "torch.cuda.nvtx.range", "nvtx_push": "nvtx.push_range", "nvtx_pop": "nvtx.pop_range",
+}  # fmt: skip
+_LIBRARIES = ("torch", "nvtx", "nvtx_regions", "thunder", "lightning", "transformers", "_")
+
+
+def held_before() -> list[tuple[str, str, str]]:
+    """(module, its global's name, the marker API) of each global of a loaded module, outside
+    torch, nvtx and the like, that names an original marker function (``from torch.cuda.nvtx
+    import range_push`` before `install`): Dynamo sees the original there."""
+    import sys
+
+    originals = {id(function): _NAMES[key] for key, function in _originals.items()}
+    found = []
+    for name, module in list(sys.modules.items()):
+        if module is None or name.startswith(_LIBRARIES):
+            continue
+        try:
+            values = list(vars(module).items())
+        except TypeError:
+            continue
+        for key, value in values:
+            api = originals.get(id(value))
+            if api is not None:
+                found.append((name, key, api))
+    return found
 
 
 def record_function_lost() -> str | None:
