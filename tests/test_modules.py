@@ -140,7 +140,7 @@ def parameter_arguments(model) -> dict[str, str]:
     return {"t_" + name.replace(".", "_"): name.rsplit(".", 1)[0] for name, _ in model.named_parameters()}
 
 
-@pytest.mark.parametrize("model_name", ["gpt", "llama"])
+@pytest.mark.parametrize("model_name", ["gpt", pytest.param("llama", marks=pytest.mark.slow)])
 def test_backward_gradient_of_a_parameter_belongs_to_its_module(model_name):
     model, forward, backward = traced(model_name)
     owners = parameter_arguments(model)

@@ -85,6 +85,7 @@ def check(out: Path, done, backends: list[str]) -> None:
             assert ns == pytest.approx(statistics.median(durations_ns(trace, name, {2, 3})), abs=half_digit + 1)
 
 
+@pytest.mark.slow
 def test_the_pages_command_on_eager_and_inductor(tmp_path):
     out, done = run_doc_command(tmp_path, "eager,inductor")
     check(out, done, ["eager", "inductor"])
@@ -132,6 +133,7 @@ for _ in nvtx_regions.steps(range(3)):
 """
 
 
+@pytest.mark.slow
 def test_under_torchrun_one_trace_per_rank(tmp_path):
     (tmp_path / "ranked.py").write_text(RANKED)
     (tmp_path / "all.nvtx").write_text("each module <layers.*>\n")

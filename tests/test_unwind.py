@@ -90,6 +90,7 @@ def test_the_lines_read_one_statement_each_the_same_on_every_python():
     assert not any(";" in line.split("  #")[0] for line in ours)
 
 
+@pytest.mark.slow
 def test_a_call_that_fails_after_hundreds_of_points_pops_exactly_what_it_pushed(nvtx_capture):
     torch.manual_seed(0)
     domain = "uw_fail"
