@@ -103,6 +103,7 @@ def test_each_marker_shows_every_marker_in_both_consumers_also_from_the_cache(tm
         result, events = run(tmp_path / "cache", "each marker <*>", "both", "--front-door", "--profile", str(trace))
         assert result["graph_breaks"] == 0 and result["warnings"] == []
         runs.append((result, events, json.loads(trace.read_text())))
+    assert runs[0][0]["cache_hits"] == 0 and runs[1][0]["cache_hits"] > 0
     assert runs[0][0]["codes"] == runs[1][0]["codes"]
     for result, events, trace in runs:
         # NVTX: the NVTX markers once each in their own domain (each marker adds none there: the

@@ -36,6 +36,7 @@ Promises:
   were in (Inductor fuses a norm with the activation after it), so a
   marker's range spans every kernel that does some of its work, and no
   marker whose ops all fused into kernels of other ops is left without one.
+  A hoisted kernel (below) is inside no marker.
   (Thunder's fusions differ: they are inside only the markers open around
   all their parts.) A backward kernel has the markers of the forward nodes
   it is the gradient of.
@@ -119,7 +120,9 @@ def kernel_view(
         chains = []
         names = dict.fromkeys([kernel.name, kernel.name.rsplit(".", 1)[-1]])
         hoisted = bool(kernel.origins) and all(origin.static for origin in kernel.origins)
-        deciding = [origin.markers for origin in kernel.origins if hoisted or not origin.static]
+        # A hoisted kernel is inside no marker: Inductor may schedule it anywhere, and it would
+        # stretch the marker's range there.
+        deciding = [] if hoisted else [origin.markers for origin in kernel.origins if not origin.static]
         for origin in kernel.origins:
             if origin.op:
                 names[origin.op] = None

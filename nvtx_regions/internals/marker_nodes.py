@@ -75,8 +75,6 @@ def take_markers(gm: Any) -> list[Problem]:
     the graph, a pop with nothing open, a message not known when compiling) is left out: its
     nodes go, and a `Problem` names it. Returns the problems; nothing is changed when the graph
     holds no marker."""
-    import torch
-
     nodes = [(node, _is_marker_node(node)) for node in gm.graph.nodes]
     if not any(action for _, action in nodes):
         return []

@@ -11,8 +11,9 @@ EMIT: ``nvtx``, ``record_function`` or ``both``. ``--profile``: the steps run un
 torch.profiler, whose Chrome trace goes to TRACE. ``--plain``: also compile the same model
 without its markers with a plain ``torch.compile`` and print its kernels. ``--bad``: one block
 pushes a marker it never pops. ``--front-door``: `nvtx_regions.compile` instead of
-``torch.compile(backend=NvtxInductor(...))``. The last line printed is JSON: graph breaks, the
-kernels each wrapper calls (ours and the plain one's), the warnings, and ``done``.
+``torch.compile(backend=NvtxInductor(...))``. The line before the last (``done``) is JSON: graph
+breaks, Inductor's cache hits, the wrappers and the kernels each calls (ours and the plain one's),
+and the warnings.
 """
 
 from __future__ import annotations
@@ -105,6 +106,7 @@ def main() -> None:
     result = {
         "graph_breaks": sum(counters["graph_break"].values()),
         "graphs": counters["stats"]["unique_graphs"],
+        "cache_hits": counters["inductor"]["fxgraph_cache_hit"] + counters["aot_autograd"]["autograd_cache_hit"],
         "kernels": [kernels(code) for code in codes],
         "codes": codes,
         "warnings": [str(w.message) for w in seen if "nvtx_regions" in type(w.message).__module__],
