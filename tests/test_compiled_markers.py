@@ -69,10 +69,12 @@ def test_markers_stay_in_their_own_domains_around_their_modules_kernels(tmp_path
     # Inductor compiled the graph without the marker nodes: the kernels of a plain torch.compile
     # of the same model without markers, forward and backward.
     assert result["kernels"] == result["plain_kernels"] and len(result["kernels"]) == 2
-    # The marker pushed and never popped in the graph is left out, named with its line and why.
-    (warning,) = result["warnings"]
-    assert f"compiled_markers.py:{NEVER_POPPED}" in warning and "not popped" in warning, warning
-    assert not [e for e in events if e.message == "never-popped"]
+    # The marker pushed and never popped in the graph, and the one around no kernel, are left out,
+    # each named with its line and why.
+    never, nothing = result["warnings"]
+    assert f"compiled_markers.py:{NEVER_POPPED}" in never and "not popped" in never, never
+    assert f"compiled_markers.py:{NEVER_POPPED + 1}" in nothing and "around no kernel" in nothing, nothing
+    assert not [e for e in events if e.message in ("never-popped", "around-nothing")]
     # NVTX markers stay NVTX, in their own domain, once per block call; record_function stays out of NVTX.
     assert len(pushes(events, "norm-in", None)) == STEPS * BLOCKS
     assert len(pushes(events, "act", "user")) == len(pushes(events, "head", "user")) == STEPS * BLOCKS

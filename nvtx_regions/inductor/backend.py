@@ -167,6 +167,7 @@ class NvtxInductor:
         self._said: set[str] = set()  # what was already warned about (once each)
         self.notes: list[str] = []  # what those warnings said: what got no range, and why
         self._first_calls: set[int] = set()  # the graphs called at least once
+        self._carried: dict[int, tuple] = {}  # per graph number: the user's markers its Dynamo graph carried
         self._unreported = False  # a graph loaded since the rules' selections were last said
         self._first_call: tuple[int, str | None] | None = None  # the first call's graph and instance
         text = "\n".join(render(rule) for rule in parsed.rules)
@@ -206,7 +207,8 @@ class NvtxInductor:
         `options` adds to (and overrides) the constructor's.
         """
         internals.install()
-        for problem in marker_nodes.take_markers(gm):
+        taken = marker_nodes.take_markers(gm)
+        for problem in taken.problems:
             self._say(
                 f"marker:{problem.where}",
                 f"{self!r}: the marker at {problem.where} gets no range under torch.compile: {problem.why}. Push "
@@ -221,6 +223,7 @@ class NvtxInductor:
         with self._lock:
             number = self._graph_numbers
             self._graph_numbers += 1
+            self._carried[number] = taken.markers
         frame = None if self._paths is None else frame_root(gm, example_inputs, self._model, self._paths)
 
         def inner_compile(graph: Any, inputs: Any, **kwargs: Any) -> Any:
@@ -352,6 +355,8 @@ class NvtxInductor:
             candidates = same_class(modules, root)
             frame = FrameRoot(root, type(modules[root]).__name__ if candidates else "?", candidates)
         views = [view] if frame is None else self._views(view, frame)
+        if phase == "forward":
+            self._around_no_kernel(number, view)
         if left_out is not None:
             views = []
             self._say(f"left out:{left_out}", self._left_out_message(root, view, left_out))
@@ -364,6 +369,18 @@ class NvtxInductor:
                 self.graphs.append(PlacedGraph(number, v, plan))
                 self._tally.add(plan, v)
             self._unreported = True
+
+    def _around_no_kernel(self, number: int, view: KernelView) -> None:
+        """Say which markers of graph `number` no kernel of its forward `view` is inside."""
+        seen = {marker for op in view.ops for marker in op.markers}
+        for marker in self._carried.get(number, ()):
+            if marker not in seen:
+                self._say(
+                    f"no kernel:{marker.place}",
+                    f"{self!r}: the marker {marker_nodes.describe(marker)} at {marker.place} is around no kernel "
+                    "of the compiled graph (Inductor compiled its ops to none: views, constants, or ops it removed), "
+                    "so it gets no range: put it around ops that compute",
+                )
 
     def _left_out_message(self, root: str | None, view: KernelView, why: str) -> str:
         modules = sorted({call.path for op in view.ops if op.chain for call in op.chain})

@@ -22,7 +22,7 @@ from typing import Any
 from ..core.markers import RECORD_FUNCTION, Marker
 from .compiled_markers import color_value, marker_op
 
-__all__ = ["Problem", "take_markers", "split_markers", "is_marker_entry", "MARKER_KEY"]
+__all__ = ["Problem", "Taken", "take_markers", "describe", "split_markers", "is_marker_entry", "MARKER_KEY"]
 
 MARKER_KEY = "nvtx_regions.marker."  # the prefix of a marker's entries in nn_module_stack
 MARKER_CLASS = "nvtx_regions.Marker"
@@ -69,15 +69,22 @@ def _place(where: tuple[str, int] | None) -> str:
     return f"{where[0]}:{where[1]}" if where else "<unknown line>"
 
 
-def take_markers(gm: Any) -> list[Problem]:
+@dataclass(frozen=True)
+class Taken:
+    """What `take_markers` took out of a graph: the markers it carries, and those it cannot."""
+
+    markers: tuple[Marker, ...]
+    problems: tuple[Problem, ...]
+
+
+def take_markers(gm: Any) -> Taken:
     """Take the marker nodes out of Dynamo's graph `gm`, recording on each other node the markers
     open around it (see the module doc). A marker that cannot be carried (a push with no pop in
     the graph, a pop with nothing open, a message not known when compiling) is left out: its
-    nodes go, and a `Problem` names it. Returns the problems; nothing is changed when the graph
-    holds no marker."""
+    nodes go, and a `Problem` names it. Nothing is changed when the graph holds no marker."""
     nodes = [(node, _is_marker_node(node)) for node in gm.graph.nodes]
     if not any(action for _, action in nodes):
-        return []
+        return Taken((), ())
     problems: list[Problem] = []
     stacks: dict[tuple[str, str | None], list[Marker]] = {}
     by_enter: dict[Any, Marker] = {}  # record_function's enter node -> its marker
@@ -132,7 +139,7 @@ def take_markers(gm: Any) -> list[Problem]:
     unclosed = [m for m in opened if m not in closed]
     for marker in unclosed:
         problems.append(Problem(
-            marker.place, f"{_describe(marker)} is pushed in this graph and not popped in it (the pop runs "
+            marker.place, f"{describe(marker)} is pushed in this graph and not popped in it (the pop runs "
             "after a graph break, or never)",
         ))  # fmt: skip
     if unclosed:
@@ -147,10 +154,11 @@ def take_markers(gm: Any) -> list[Problem]:
             gm.graph.erase_node(node)
     gm.graph.lint()
     gm.recompile()
-    return problems
+    return Taken(tuple(m for m in opened if m in closed), tuple(problems))
 
 
-def _describe(marker: Marker) -> str:
+def describe(marker: Marker) -> str:
+    """`marker` as the user wrote it, for messages."""
     if marker.form == RECORD_FUNCTION:
         return f"record_function({marker.message!r})"
     api = "torch.cuda.nvtx.range_push" if marker.form == "torch.cuda.nvtx" else "nvtx.push_range/annotate"

@@ -10,7 +10,7 @@ before any `NvtxInductor` exists) with ``nvtx.annotate("head", domain="user")``.
 EMIT: ``nvtx``, ``record_function`` or ``both``. ``--profile``: the steps run under
 torch.profiler, whose Chrome trace goes to TRACE. ``--plain``: also compile the same model
 without its markers with a plain ``torch.compile`` and print its kernels. ``--bad``: one block
-pushes a marker it never pops. ``--front-door``: `nvtx_regions.compile` instead of
+pushes a marker it never pops, and one around no op. ``--front-door``: `nvtx_regions.compile` instead of
 ``torch.compile(backend=NvtxInductor(...))``. The line before the last (``done``) is JSON: graph
 breaks, Inductor's cache hits, the wrappers and the kernels each calls (ours and the plain one's),
 and the warnings.
@@ -54,6 +54,8 @@ class Block(torch.nn.Module):
         torch.cuda.nvtx.range_pop()
         if self.bad:
             torch.cuda.nvtx.range_push("never-popped")
+            torch.cuda.nvtx.range_push("around-nothing")
+            torch.cuda.nvtx.range_pop()
         with nvtx.annotate("act", color="green", domain="user"):
             x = self.act(x)
         return head(x)
