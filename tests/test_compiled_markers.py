@@ -97,6 +97,7 @@ def test_markers_stay_in_their_own_domains_around_their_modules_kernels(tmp_path
     assert re.search(r"\n +nvtx_regions_push_\d\(nvtx_regions_attr_\d+, nvtx_regions_domain_\d\)  # norm-in\n", forward), forward
 
 
+@pytest.mark.slow
 @needs_capture
 def test_each_marker_shows_every_marker_in_both_consumers_also_from_the_cache(tmp_path):
     runs = []

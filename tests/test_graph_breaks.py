@@ -81,10 +81,10 @@ def test_ranges_through_a_graph_break_are_eagers(cache, pattern):
     assert inductor_out["warnings"] == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "spec",
-    [pytest.param("each module <blocks.0.*>", marks=pytest.mark.slow),
-     "each module <blocks.1.fc2>\neach class <Linear> and backward"],
+    ["each module <blocks.0.*>", "each module <blocks.1.fc2>\neach class <Linear> and backward"],
     ids=["one-instance", "one-instance-and-all"],
 )
 def test_a_spec_that_selects_in_some_instances_of_shared_code_is_eagers(cache, spec):

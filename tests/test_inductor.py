@@ -309,6 +309,7 @@ def test_tiny_ranges_are_eagers(tiny):
     assert _pushes(annotated.events) == _pushes(eager)
 
 
+@pytest.mark.slow
 def test_a_second_process_hits_the_cache_and_still_emits_the_ranges(tiny):
     directory, _, _ = tiny
     result, counts = _worker(directory, TINY_SPEC)

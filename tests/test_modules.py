@@ -154,7 +154,7 @@ def test_backward_gradient_of_a_parameter_belongs_to_its_module(model_name):
     assert checked >= len(owners) - 1  # nanoGPT's lm_head weight is tied to wte's
 
 
-@pytest.mark.parametrize("model_name", ["gpt", "llama"])
+@pytest.mark.parametrize("model_name", ["gpt", pytest.param("llama", marks=pytest.mark.slow)])
 def test_backward_blocks_in_reverse_order_without_gaps(model_name):
     _, _, backward = traced(model_name)
     blocks = [None if c is None else block_of(c[-1].path) for c in backward.module_chains]
