@@ -87,7 +87,6 @@ def test_both_sinks_give_the_same_ranges(backend, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.slow
 def test_record_function_alone_leaves_nvtx_empty(tmp_path):
     if unavailable_reason():
         pytest.skip(f"capture tool unavailable: {unavailable_reason()}")
