@@ -74,9 +74,10 @@ def dynamo_state_of_this_module_only():
         torch.compiler.reset()
 
 
-# GPT with torch.compile fusions costs a minute to compile: in the slow tier (the MLP's fusions stay).
+# Thunder's torch.compile fusions cost a minute to compile: in the slow tier (test_modules and
+# test_markers keep fusions in the default run).
 @pytest.fixture(
-    params=[pytest.param(c, marks=pytest.mark.slow) if c == ("gpt", "torchcompile") else c for c in CONFIGS],
+    params=[pytest.param(c, marks=pytest.mark.slow) if c[1] == "torchcompile" else c for c in CONFIGS],
     ids=lambda c: f"{c[0]}-{c[1] or 'default'}",
 )
 def config(request):

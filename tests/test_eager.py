@@ -49,7 +49,7 @@ BLOCKS = [
     "spec, expected",
     [
         ("each module <transformer.h.*>", BLOCKS),
-        (
+        pytest.param(
             "gpt: each class <GPT, Block>",
             [
                 (0, "nvtx_regions", "GPT"),
@@ -57,6 +57,7 @@ BLOCKS = [
                 (0, "nvtx_regions", "GPT (backward)"),
                 *[(1, domain, message) for _, domain, message in BLOCKS[2:]],
             ],
+            marks=pytest.mark.slow,
         ),
     ],
     ids=["each-module", "each-class-with-root"],

@@ -543,7 +543,7 @@ def _marked_models():
     }
 
 
-@pytest.mark.parametrize("name", ["toy", "nanogpt", pytest.param("llama", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("name", ["toy", pytest.param("nanogpt", marks=pytest.mark.slow), pytest.param("llama", marks=pytest.mark.slow)])
 def test_each_marker_forward_is_eager_call_for_call(name, nvtx_capture):
     """The same (domain, message, depth) pushes and pops as eager, on the first call and the later ones."""
     make, inputs = _marked_models()[name]
