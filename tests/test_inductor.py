@@ -572,7 +572,7 @@ def test_reduce_overhead_gets_one_warning_and_no_range():
 
 @pytest.mark.slow
 def test_nsys_sees_the_inductor_ranges(tiny, tmp_path):
-    from test_nsys_real import export, nsys_ranges, run
+    from support.nsys import export, nsys_ranges, run_nsys as run
 
     nsys = require_nsys()
     directory, _, _ = tiny
