@@ -292,7 +292,7 @@ UNSUPPORTED = [
         "thunder can run it",
     ),
     ("all", f"'all' selects every op; {_EAGER}", _BOTH),
-    ("marker <attn>", f"'marker <attn>' selects ops inside the model's own markers; {_EAGER}", "thunder can run it"),
+    ("marker <attn>", f"'marker <attn>' selects ops inside the model's own markers; {_EAGER}", "thunder and Inductor can run it"),
     ("not op in <mul>", f"'not op in <mul>' combines op filters; {_EAGER}", _BOTH),
     ("module <transformer.h.0>", _OP_RULE, _BOTH),
     ("class <Block>", _OP_RULE, _BOTH),

@@ -134,10 +134,10 @@ def test_the_recompile_limit_is_not_silent(monkeypatch, tmp_path):
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
     torch._dynamo.reset()
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
     model = torch.nn.Sequential(torch.nn.Linear(4, 4))
     compiled = torch.compile(model, backend=NvtxInductor("each class <Linear>", model=model), dynamic=False)
-    with warnings.catch_warnings(record=True) as seen:
+    # torch's own patch: pytest's monkeypatch would undo a config entry by deleting it.
+    with warnings.catch_warnings(record=True) as seen, torch._dynamo.config.patch(recompile_limit=1):
         warnings.simplefilter("always")
         with torch.no_grad():
             for rows in (1, 2, 3):
