@@ -546,6 +546,29 @@ def _marked_models():
 @pytest.mark.parametrize("name", ["toy", pytest.param("nanogpt", marks=pytest.mark.slow), pytest.param("llama", marks=pytest.mark.slow)])
 def test_each_marker_forward_is_eager_call_for_call(name, nvtx_capture):
     """The same (domain, message, depth) pushes and pops as eager, on the first call and the later ones."""
+    expected, calls = _eager_and_jitted_calls(name, nvtx_capture)
+    if name == "toy":  # markers nest there, across three domains
+        assert any(depth > 0 for kind, _, _, depth in expected if kind == "push")
+    assert calls == [expected] * 3
+
+
+def test_markers_are_recorded_after_an_nvtx_inductor_installed_its_substitutes(nvtx_capture):
+    """NvtxInductor's marker substitutes (`compiled_markers`) let thunder record the markers as before:
+    they ask Dynamo, not `torch.compiler.is_compiling`, which thunder's lookaside makes true."""
+    from nvtx_regions.internals import compiled_markers
+
+    installed_before = compiled_markers.installed()
+    compiled_markers.install()
+    try:
+        expected, calls = _eager_and_jitted_calls("toy", nvtx_capture)
+    finally:
+        if not installed_before:
+            compiled_markers.uninstall()
+    assert calls == [expected] * 3
+
+
+def _eager_and_jitted_calls(name, nvtx_capture):
+    """Eager's marker calls, and those of three calls of the model jitted with `each marker <*>`."""
     make, inputs = _marked_models()[name]
     model = make()
     with nvtx_capture() as eager:
@@ -558,9 +581,7 @@ def test_each_marker_forward_is_eager_call_for_call(name, nvtx_capture):
         calls.append(_nvtx_calls(events))
     expected = _nvtx_calls(eager)
     assert expected
-    if name == "toy":  # markers nest there, across three domains
-        assert any(depth > 0 for kind, _, _, depth in expected if kind == "push")
-    assert calls == [expected] * 3
+    return expected, calls
 
 
 def test_each_marker_backward_in_the_users_domain(nvtx_capture):

@@ -8,7 +8,9 @@ Capture (`install`, by the first `NvtxInductor`; `uninstall` puts everything bac
 op returned non-Tensor": Dynamo's ``trace_rules`` list them as in-graph functions), and the nvtx
 package's calls (Cython) break the graph. The substitutes below take their place (module
 attributes, and ``nvtx.annotate``'s methods, so an ``annotate`` object made or applied as a
-decorator before the install is covered too). While Dynamo traces (``torch.compiler.is_compiling()``)
+decorator before the install is covered too). While Dynamo traces (``torch.compiler.is_dynamo_compiling()``;
+not ``is_compiling()``, which thunder 0.2.6's lookaside makes true while thunder traces, where the
+originals must run for thunder's marker lookasides to record them)
 each puts one ``nvtx_regions::marker(action, form, message, domain, color)`` node into the graph;
 otherwise it calls the original (one Python call more). The op has side effects for FX
 (``torch.fx.node.has_side_effect``), so no dead-code pass drops it. Its kernel, where a graph that
@@ -115,13 +117,13 @@ def install() -> None:
         _originals.update(range_push=push, range_pop=pop, range=torch_nvtx.range)
 
         def range_push(msg: str) -> Any:
-            if torch.compiler.is_compiling():
+            if torch.compiler.is_dynamo_compiling():
                 _marker("push", "torch.cuda.nvtx", msg)
                 return 0
             return push(msg)
 
         def range_pop() -> Any:
-            if torch.compiler.is_compiling():
+            if torch.compiler.is_dynamo_compiling():
                 _marker("pop", "torch.cuda.nvtx")
                 return 0
             return pop()
@@ -183,45 +185,45 @@ def _install_nvtx_package() -> None:
     init, enter, exit_ = annotate.__init__, annotate.__enter__, annotate.__exit__
 
     def push_range(message: Any = None, color: Any = "blue", domain: Any = None, category: Any = None, payload: Any = None) -> None:
-        if torch.compiler.is_compiling():
+        if torch.compiler.is_dynamo_compiling():
             return _marker("push", "nvtx", message, domain, _color_text(color))
         return push(message, color, domain, category, payload)
 
     def pop_range(domain: Any = None) -> None:
-        if torch.compiler.is_compiling():
+        if torch.compiler.is_dynamo_compiling():
             return _marker("pop", "nvtx", None, domain)
         return pop(domain)
 
     _originals.update(nvtx_push=push, nvtx_pop=pop)
 
     def annotate_init(self: Any, message: Any = None, color: Any = None, domain: Any = None, category: Any = None, payload: Any = None) -> None:
-        if torch.compiler.is_compiling():
+        if torch.compiler.is_dynamo_compiling():
             self.init_args = message, color, domain, category, payload
             return None
         return init(self, message, color, domain, category, payload)
 
     def annotate_enter(self: Any) -> Any:
-        if torch.compiler.is_compiling():
+        if torch.compiler.is_dynamo_compiling():
             message, color, domain = self.init_args[:3]
             _marker("push", "nvtx", message, domain, _color_text(color))
             return self
         return enter(self)
 
     def annotate_exit(self: Any, *exc: Any) -> bool:
-        if torch.compiler.is_compiling():
+        if torch.compiler.is_dynamo_compiling():
             _marker("pop", "nvtx", None, self.init_args[2])
             return False
         return exit_(self, *exc)
 
     def libnvtx_push_range(attributes: Any, handle: Any) -> Any:
-        if torch.compiler.is_compiling():
+        if torch.compiler.is_dynamo_compiling():
             message = attributes.message
             message = getattr(message, "string", message)
             return _marker("push", "nvtx", message, handle.name or None, _color_text(attributes.color))
         return lib_push(attributes, handle)
 
     def libnvtx_pop_range(handle: Any) -> Any:
-        if torch.compiler.is_compiling():
+        if torch.compiler.is_dynamo_compiling():
             return _marker("pop", "nvtx", None, handle.name or None)
         return lib_pop(handle)
 
