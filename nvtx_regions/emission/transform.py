@@ -29,7 +29,7 @@ from thunder.core.symbol import BoundSymbol  # noqa: E402
 from thunder.core.trace import TraceCtx, TraceProvenance, TraceTag  # noqa: E402
 from thunder.core.transform_common import Transform  # noqa: E402
 
-from ..internals.frames import ignored_jit_keyword
+from ..internals.thunder import ignored_jit_keyword
 from ..attribution.recording import install_module_recorder
 from ..attribution.traceview import TraceView, one_line
 from ..core.calls import chain_message

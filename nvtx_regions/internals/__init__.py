@@ -15,11 +15,11 @@ breaks without it. Everything outside this sub-package uses public APIs only
 - `thunderfx`: what torch.fx and dynamo record (module calls of an FX node,
   static inputs, graph breaks at markers), and whether ThunderFX compiles now.
 - `thunder`: what thunder's bound symbols and traces carry (the records,
-  parameters, cotangents), the bound symbols the transform builds, and the
-  guards around the callables thunder builds from its traces.
-- `frames`: frame walks and referrer searches (the caller's line, whether a
-  backward follows, a transform given to the wrong keyword), and where a
-  failed call stopped (a traceback's frame, its line, its locals).
+  parameters, cotangents), the bound symbols the transform builds, the
+  guards around the callables thunder builds from its traces, and the
+  transforms given to a thunder.jit keyword that thunder ignores.
+- `frames`: frame walks (the caller's line, whether a backward follows), and
+  where a failed call stopped (a traceback's frame, its line, its locals).
 - `autograd`: torch's private autograd state for the eager hooks.
 - `nvtx_calls`: nvtx's C functions for the runtime.
 - `inductor`: Inductor's code generation, where the ranges go; `inductor_origins`:

@@ -1,5 +1,4 @@
-"""Frame walks and referrer searches: what the caller of a function is doing,
-found where no public API says it."""
+"""Frame walks: what the caller of a function is doing, found where no public API says it."""
 
 from __future__ import annotations
 
@@ -8,7 +7,7 @@ import sys
 from typing import Any
 
 __all__ = [
-    "backward_follows", "ignored_jit_keyword", "line_outside_package", "outside_package", "failed_frame",
+    "backward_follows", "line_outside_package", "outside_package", "failed_frame",
     "frame_locals", "lines_naming",
 ]  # fmt: skip
 
@@ -57,30 +56,6 @@ def backward_follows() -> bool:
             return frame.f_locals["backward_trc"] is not None
         frame = frame.f_back
     return True
-
-
-def ignored_jit_keyword(transform: Any) -> tuple[str, str] | None:
-    """(function name, keyword) when `transform` sits in a thunder.jit compile option other than transforms=.
-
-    thunder 0.2.6 keeps ``thunder.jit``'s unknown keyword arguments in
-    ``CompileData.compile_options`` and never reads them. This looks for the
-    transform there (alone or in a list or tuple) through `gc.get_referrers`;
-    without this, the exit warning only lacks the function's name.
-    """
-    import gc
-
-    holders = [transform] + [r for r in gc.get_referrers(transform) if isinstance(r, (list, tuple))]
-    for holder in holders:
-        for options in gc.get_referrers(holder):
-            if not isinstance(options, dict):
-                continue
-            for owner in gc.get_referrers(options):
-                if type(owner).__name__ == "CompileData" and getattr(owner, "compile_options", None) is options:
-                    key = next((k for k, v in options.items() if v is holder), None)
-                    if key is not None:
-                        fn = getattr(owner, "fn", None)
-                        return getattr(fn, "__name__", type(fn).__name__), key
-    return None
 
 
 def failed_frame(traceback: Any, name: str, value: Any) -> tuple[Any, int] | None:

@@ -126,6 +126,26 @@ def _guarded_callables(undo: _Undo, markers: MarkerRecorder) -> None:
     undo.setattr(TraceCtx, "python_callable", python_callable)
 
 
+def _compile_data(undo: _Undo, markers: MarkerRecorder) -> None:
+    # thunder 0.2.6: thunder.jit makes one CompileData (thunder/common.py) per compilation, keeping
+    # the keywords it does not know in compile_options. See `thunder.note_ignored_options`.
+    from thunder.common import CompileData
+
+    from .thunder import note_ignored_options
+
+    original = CompileData.__init__
+
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        try:
+            note_ignored_options(self)
+        except Exception as error:  # thunder.jit goes on without the note
+            _failed(PATCHES[4], error)
+
+    __init__.__wrapped__ = original  # type: ignore[attr-defined]
+    undo.setattr(CompileData, "__init__", __init__)
+
+
 PATCHES = (
     Patch(
         "thunder.core.trace.TraceCtx.set_current_source_location",
@@ -148,6 +168,12 @@ PATCHES = (
         "thunder.core.trace.TraceCtx.python_callable",
         "a call that raises leaves the ranges it opened open, and later ranges on its thread nest inside them",
         _guarded_callables,
+    ),
+    Patch(
+        "thunder.common.CompileData.__init__",
+        "the warning about a transform thunder never called does not name the thunder.jit keyword it was "
+        "given to, which thunder ignores",
+        _compile_data,
     ),
 )
 

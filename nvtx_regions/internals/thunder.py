@@ -12,6 +12,7 @@ recorded as they are keep a module, and fusions have none.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from ..core.calls import Chain, common_chain
@@ -21,6 +22,7 @@ from .recorder import AttributedFilename
 __all__ = [
     "recorded_chain", "recorded_classes", "recorded_markers", "recorded_marker_log",
     "bind_with_globals", "parameter_names", "cotangent_names",
+    "note_ignored_options", "ignored_jit_keyword",
 ]  # fmt: skip
 
 
@@ -153,3 +155,41 @@ def call_guards(trace: Any) -> list[CallGuard]:
             if isinstance(value, CallGuard):
                 found.setdefault(id(value), value)
     return list(found.values())
+
+
+# Each transform that thunder.jit was given under a keyword it ignores: [(its CompileData, by weak
+# reference, the keyword)], filled as each CompileData is made (`patches`).
+_ignored: "weakref.WeakKeyDictionary[Any, list[tuple[weakref.ref[Any], str]]]" = weakref.WeakKeyDictionary()
+
+
+def note_ignored_options(compile_data: Any) -> None:
+    """Record the transforms in `compile_data`'s compile options, alone or in a list or tuple, for
+    `ignored_jit_keyword`.
+
+    thunder 0.2.6 keeps ``thunder.jit``'s unknown keyword arguments in
+    ``CompileData.compile_options`` (thunder/common.py) and never reads them.
+    """
+    from thunder.core.transform_common import Transform
+
+    for key, value in compile_data.compile_options.items():
+        for item in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(item, Transform):
+                try:
+                    _ignored.setdefault(item, []).append((weakref.ref(compile_data), key))
+                except TypeError:  # unhashable or not weakly referable: not one of ours
+                    continue
+
+
+def ignored_jit_keyword(transform: Any) -> tuple[str, str] | None:
+    """(function name, keyword) when `transform` sits in a compile option other than transforms= of
+    a ``thunder.jit`` compilation still alive (see `note_ignored_options`); None otherwise.
+
+    Without this, the exit warning about a transform thunder never called only lacks the
+    function's name and the keyword.
+    """
+    for compile_data, key in _ignored.get(transform, ()):
+        owner = compile_data()
+        if owner is not None:
+            fn = getattr(owner, "fn", None)
+            return getattr(fn, "__name__", type(fn).__name__), key
+    return None
