@@ -350,6 +350,193 @@ def test_the_private_reach_finder_finds_planted_reaches(tmp_path):
     assert private_reaches(clean) == []
 
 
+# -- every reach into torch's and thunder's private internals, listed --------
+
+# Each private reach, as the code writes it (an import's dotted path, or an attribute chain from
+# the name `torch` or `thunder`), and the module of nvtx_regions/internals/ where it lives: the
+# versions it was checked on, from that module's docstrings. A path is private where a part after
+# the first starts with `_`, or where it lies in one of thunder's internal modules.
+TORCH_214 = "torch 2.11 and 2.14"
+THUNDER = "thunder 0.2.6"
+PRIVATE_ALLOWED: dict[tuple[str, str], str] = {
+    ("torch._C._current_graph_task_id", "autograd"): "torch 2.11",
+    ("torch._C._current_autograd_node", "autograd"): "torch 2.11",
+    ("torch.autograd.Variable._execution_engine.queue_callback", "autograd"): "torch 2.11",
+    ("torch._guards.TracingContext", "compiled_markers"): TORCH_214,
+    ("torch._dynamo.config", "compiled_markers"): TORCH_214,
+    ("torch._dynamo.eval_frame.skip_code", "dynamo"): TORCH_214,
+    ("torch._inductor.compile_fx.compile_fx", "inductor"): TORCH_214,
+    ("torch._inductor.compile_fx.compile_fx_inner", "inductor"): TORCH_214,
+    ("torch._inductor.config", "inductor"): TORCH_214,
+    ("torch._inductor.list_mode_options", "inductor"): TORCH_214,
+    ("torch._inductor.codegen.cpp.CppScheduling", "inductor"): TORCH_214,
+    ("torch._inductor.codegen.wrapper", "inductor"): TORCH_214,
+    ("torch._inductor.codegen.wrapper.PythonWrapperCodegen", "inductor"): TORCH_214,
+    ("torch._inductor.codegen.wrapper.WrapperLine", "inductor"): TORCH_214,
+    ("torch._inductor.custom_graph_pass.CustomGraphPass", "inductor"): TORCH_214,
+    ("torch._inductor.scheduler.Scheduler", "inductor"): TORCH_214,
+    ("torch._inductor.virtualized.V", "inductor"): TORCH_214,
+    ("torch._C._nvtx.rangePushA", "lookasides"): "torch 2.11",
+    ("torch._C._nvtx.rangePop", "lookasides"): "torch 2.11",
+    ("thunder.core.interpreter.interpreter_needs_wrap", "lookasides"): THUNDER,
+    ("thunder.core.interpreter.get_interpreterruntimectx", "lookasides"): THUNDER,
+    ("thunder.core.jit_ext.get_jit_ctx", "lookasides"): THUNDER,
+    ("torch.ops.profiler._record_function_enter_new", "marker_nodes"): TORCH_214,
+    ("torch.ops.profiler._record_function_enter_new.default", "marker_nodes"): TORCH_214,
+    ("torch.ops.profiler._record_function_exit", "marker_nodes"): TORCH_214,
+    ("thunder.common.CompileData", "patches"): THUNDER,
+    ("thunder.core.jit_ext._general_jit_lookaside_map", "patches"): THUNDER,
+    ("torch.autograd._record_function_with_args_enter", "profiler"): "torch 2.8, 2.11 and 2.14.1",
+    ("torch.autograd._record_function_with_args_exit", "profiler"): "torch 2.8, 2.11 and 2.14.1",
+    ("torch._C._autograd._profiler_enabled", "profiler"): "torch 2.8, 2.11 and 2.14.1",
+    ("thunder.core.interpreter.get_interpreterruntimectx", "recorder"): THUNDER,
+    ("thunder.core.compile_data.get_compile_data", "thunderfx"): THUNDER,
+}  # fmt: skip
+# thunder's modules that are its machinery, not its Transform API: every path into them is private.
+THUNDER_INTERNAL = ("thunder.core.jit_ext", "thunder.core.interpreter", "thunder.core.compile_data", "thunder.common")
+
+
+def private_path(path: str) -> bool:
+    parts = path.split(".")
+    if parts[0] not in ("torch", "thunder"):
+        return False
+    if any(part.startswith("_") and not (part.startswith("__") and part.endswith("__")) for part in parts[1:]):
+        return True
+    return any(path == m or path.startswith(m + ".") for m in THUNDER_INTERNAL)
+
+
+def _chain(node: ast.AST) -> str | None:
+    """``a.b.c`` for an attribute chain on a plain name, else None."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return ".".join([node.id, *reversed(parts)]) if isinstance(node, ast.Name) else None
+
+
+def torch_thunder_reaches(path: Path) -> list[tuple[int, str]]:
+    """(line, dotted path) of each private reach into torch or thunder in a module's source: an
+    import of a private path, or the longest attribute chain from `torch`/`thunder` that is one."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    inner = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and id(node) not in inner:
+            chain = _chain(node)
+            if chain is not None and private_path(chain):
+                found.append((node.lineno, chain))
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if private_path(a.name)]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found += [(node.lineno, f"{node.module}.{a.name}") for a in node.names if private_path(f"{node.module}.{a.name}")]
+    return sorted(found)
+
+
+def _where(path: Path) -> str:
+    return str(path.relative_to(PACKAGE.parent))
+
+
+def test_no_private_torch_or_thunder_reach_outside_internals():
+    found = [
+        f"{_where(path)}:{line}: {reach}"
+        for name, path in modules().items()
+        if layer(name) != "internals"
+        for line, reach in torch_thunder_reaches(path)
+    ]
+    assert found == [], "private torch/thunder reaches outside nvtx_regions/internals/ (move each there, with the version checked)"
+
+
+def test_every_private_reach_in_internals_is_allowed_and_every_allowed_one_is_used():
+    used, unlisted = set(), []
+    for name, path in modules().items():
+        if layer(name) != "internals":
+            continue
+        short = name.rpartition(".")[2]
+        for line, reach in torch_thunder_reaches(path):
+            if (reach, short) in PRIVATE_ALLOWED:
+                used.add((reach, short))
+            else:
+                unlisted.append(f"{_where(path)}:{line}: {reach}")
+    assert unlisted == [], "private reaches missing from PRIVATE_ALLOWED (add each, with the version checked)"
+    assert sorted(set(PRIVATE_ALLOWED) - used) == [], "PRIVATE_ALLOWED entries no longer used (remove them)"
+
+
+def test_every_allowed_entry_names_a_module_and_versions():
+    internals = {name.rpartition(".")[2] for name in modules() if layer(name) == "internals"}
+    assert {module for _, module in PRIVATE_ALLOWED} <= internals
+    assert all(versions.startswith(("torch 2.", "thunder 0.")) for versions in PRIVATE_ALLOWED.values())
+
+
+def _resolve(path: str) -> object:
+    """The object at dotted `path`, importing the longest module prefix."""
+    import importlib
+
+    parts = path.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            found = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for part in parts[cut:]:
+            found = getattr(found, part)
+        return found
+    raise ImportError(path)
+
+
+def test_every_allowed_torch_reach_exists_in_the_installed_torch():
+    missing = []
+    for reach, _ in PRIVATE_ALLOWED:
+        if reach.startswith("torch."):
+            try:
+                _resolve(reach)
+            except (ImportError, AttributeError) as error:
+                missing.append(f"{reach}: {error}")
+    assert missing == []
+
+
+@pytest.mark.thunder
+def test_every_allowed_thunder_reach_exists_in_the_installed_thunder():
+    missing = []
+    for reach, _ in PRIVATE_ALLOWED:
+        if reach.startswith("thunder."):
+            try:
+                _resolve(reach)
+            except (ImportError, AttributeError) as error:
+                missing.append(f"{reach}: {error}")
+    assert missing == []
+
+
+def test_the_torch_thunder_reach_finder_finds_planted_reaches(tmp_path):
+    planted = tmp_path / "planted.py"
+    planted.write_text(
+        "import torch, thunder\n"
+        "import torch._dynamo\n"
+        "from torch._inductor.codegen import wrapper\n"
+        "from thunder.core.jit_ext import get_jit_ctx\n"
+        "from thunder.core import interpreter\n"
+        "from torch.autograd import _record_function_with_args_enter\n"
+        "def f():\n"
+        "    return torch._C._current_graph_task_id(), torch.ops.profiler._record_function_exit._RecordFunction\n"
+        "x = thunder.core.compile_data.get_compile_data\n"
+    )
+    assert torch_thunder_reaches(planted) == [
+        (2, "torch._dynamo"),
+        (3, "torch._inductor.codegen.wrapper"),
+        (4, "thunder.core.jit_ext.get_jit_ctx"),
+        (5, "thunder.core.interpreter"),
+        (6, "torch.autograd._record_function_with_args_enter"),
+        (8, "torch._C._current_graph_task_id"),
+        (8, "torch.ops.profiler._record_function_exit._RecordFunction"),
+        (9, "thunder.core.compile_data.get_compile_data"),
+    ]
+    clean = tmp_path / "clean.py"
+    clean.write_text(
+        "import torch\nfrom thunder.core.trace import TraceCtx\nfrom torch.nn import Module\n"
+        "def f(self):\n    return self._private, torch.nn.Module.__call__, TraceCtx.__dict__, torch.compiler.is_compiling\n"
+    )
+    assert torch_thunder_reaches(clean) == []
+
+
 # -- size --------------------------------------------------------------------
 
 MAX_LINES = 450
