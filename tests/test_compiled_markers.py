@@ -188,3 +188,38 @@ def test_the_substitutes_are_installed_and_put_back():
     after = (torch_nvtx.range_push, torch_nvtx.range_pop, torch_nvtx.range, nvtx.push_range, nvtx.annotate.__enter__)
     assert all(a is b for a, b in zip(before, after))
     assert config.capture_profiler_record_function == capture
+
+
+def test_undo_puts_back_exactly_what_was_there():
+    # The one way every patch of another library is made and put back (internals.patches.Undo).
+    import torch
+
+    from nvtx_regions.internals.patches import Undo
+
+    class Base:
+        def method(self):
+            return "base"
+
+    class Child(Base):
+        pass
+
+    module = types.ModuleType("patched")
+    module.present = "before"
+    mapping = {"kept": 1}
+    config = torch._dynamo.config  # a config module: its options do not live in vars()
+    option = config.capture_profiler_record_function
+    undo = Undo()
+    assert not undo
+    undo.setattr(module, "present", "after")
+    undo.setattr(module, "absent", "after")
+    undo.setattr(Child, "method", lambda self: "child")
+    undo.setattr(config, "capture_profiler_record_function", not option)
+    undo.setitem(mapping, "kept", 2)
+    undo.setitem(mapping, "new", 3)
+    assert undo and (module.present, module.absent, Child().method()) == ("after", "after", "child")
+    assert config.capture_profiler_record_function is (not option) and mapping == {"kept": 2, "new": 3}
+    undo.restore()
+    assert not undo
+    assert module.present == "before" and not hasattr(module, "absent")
+    assert "method" not in vars(Child) and Child().method() == "base"
+    assert config.capture_profiler_record_function is option and mapping == {"kept": 1}

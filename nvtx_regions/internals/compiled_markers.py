@@ -36,20 +36,19 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from .patches import Undo
 
 __all__ = ["install", "uninstall", "installed", "marker_op", "record_function_lost", "held_before"]
 
 NAMESPACE = "nvtx_regions"
 
 _lock = threading.Lock()
-_saved: list[tuple[Any, str, Any]] = []  # (owner, name, value before)
+_undo = Undo()  # every change `install` made
 _library: Any = None
-_record_function_config: list[bool] = []  # the value of capture_profiler_record_function before
-_MISSING = object()
 
 
 def installed() -> bool:
-    return bool(_saved)
+    return bool(_undo)
 
 
 def marker_op() -> Any:
@@ -107,7 +106,7 @@ def _marker(action: str, form: str, message: Any = None, domain: Any = None, col
 def install() -> None:
     """Put the substitutes in place and turn record_function capture on (see the module doc); once."""
     with _lock:
-        if _saved:
+        if _undo:
             return
         import torch
         import torch.cuda.nvtx as torch_nvtx
@@ -152,17 +151,11 @@ def install() -> None:
                 return inner
 
         for name, value in (("range_push", range_push), ("range_pop", range_pop), ("range", range)):
-            _set(torch_nvtx, name, value)
+            _undo.setattr(torch_nvtx, name, value)
         _install_nvtx_package()
         config = torch._dynamo.config
         if hasattr(config, "capture_profiler_record_function"):
-            _record_function_config.append(config.capture_profiler_record_function)
-            config.capture_profiler_record_function = True
-
-
-def _set(owner: Any, name: str, value: Any) -> None:
-    _saved.append((owner, name, vars(owner).get(name, _MISSING)))
-    setattr(owner, name, value)
+            _undo.setattr(config, "capture_profiler_record_function", True)
 
 
 def _install_nvtx_package() -> None:
@@ -228,28 +221,19 @@ def _install_nvtx_package() -> None:
         return lib_pop(handle)
 
     for owner in (nvtx, module):
-        _set(owner, "push_range", push_range)
-        _set(owner, "pop_range", pop_range)
-    _set(module, "libnvtx_push_range", libnvtx_push_range)
-    _set(module, "libnvtx_pop_range", libnvtx_pop_range)
-    _set(annotate, "__init__", annotate_init)
-    _set(annotate, "__enter__", annotate_enter)
-    _set(annotate, "__exit__", annotate_exit)
+        _undo.setattr(owner, "push_range", push_range)
+        _undo.setattr(owner, "pop_range", pop_range)
+    _undo.setattr(module, "libnvtx_push_range", libnvtx_push_range)
+    _undo.setattr(module, "libnvtx_pop_range", libnvtx_pop_range)
+    _undo.setattr(annotate, "__init__", annotate_init)
+    _undo.setattr(annotate, "__enter__", annotate_enter)
+    _undo.setattr(annotate, "__exit__", annotate_exit)
 
 
 def uninstall() -> None:
     """Put back what `install` changed."""
     with _lock:
-        while _saved:
-            owner, name, before = _saved.pop()
-            if before is _MISSING:
-                delattr(owner, name)
-            else:
-                setattr(owner, name, before)
-        if _record_function_config:
-            import torch
-
-            torch._dynamo.config.capture_profiler_record_function = _record_function_config.pop()
+        _undo.restore()
 
 
 _NAMES = {

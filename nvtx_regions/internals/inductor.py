@@ -72,6 +72,7 @@ from .inductor_origins import (
     Origin, called_module, graph_module_stacks, module_digest, module_path, module_paths, node_origin, static_nodes,
 )  # fmt: skip
 from .inductor_reaches import TESTED_TORCH, UnsupportedTorchError, check_reaches
+from .patches import Undo
 
 __all__ = [
     "TESTED_TORCH", "UnsupportedTorchError", "check_reaches", "Origin", "WrapperKernel", "Placement",
@@ -186,12 +187,12 @@ def _node_origins(node: Any) -> tuple[Any, ...]:
     return tuple(found)
 
 
-_saved: dict[str, Any] = {}
+_undo = Undo()  # the three methods `install` wrapped
 
 
 def install() -> None:
     """Wrap the three Inductor methods (see the module doc); once per process. `uninstall` undoes it."""
-    if _saved:
+    if _undo:
         return
     check_reaches()
     from torch._inductor.codegen.cpp import CppScheduling
@@ -232,24 +233,14 @@ def install() -> None:
         if placement is not None:
             _insert(self, placement)
 
-    Scheduler.enter_context = marked_enter_context
-    CppScheduling.flush = marked_flush
-    PythonWrapperCodegen.run_wrapper_ir_passes = placed_passes
-    _saved.update(enter_context=enter_context, flush=flush, passes=passes)
+    _undo.setattr(Scheduler, "enter_context", marked_enter_context)
+    _undo.setattr(CppScheduling, "flush", marked_flush)
+    _undo.setattr(PythonWrapperCodegen, "run_wrapper_ir_passes", placed_passes)
 
 
 def uninstall() -> None:
     """Restore the three methods `install` wrapped."""
-    if not _saved:
-        return
-    from torch._inductor.codegen.cpp import CppScheduling
-    from torch._inductor.codegen.wrapper import PythonWrapperCodegen
-    from torch._inductor.scheduler import Scheduler
-
-    Scheduler.enter_context = _saved["enter_context"]
-    CppScheduling.flush = _saved["flush"]
-    PythonWrapperCodegen.run_wrapper_ir_passes = _saved["passes"]
-    _saved.clear()
+    _undo.restore()
 
 
 def _kernel(line: Any) -> tuple[str, tuple[Any, ...] | None] | None:

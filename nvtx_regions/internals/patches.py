@@ -1,5 +1,7 @@
 """Every change nvtx_regions makes to thunder, installed when first needed and
-undone by `uninstall`.
+undone by `uninstall`; and `Undo`, the one way every patch of another library
+(thunder here, torch and nvtx in `compiled_markers` and `inductor`) is made
+and put back.
 
 `install(markers)` applies each patch of `PATCHES` once per process (the
 first `NvtxProfileTransform` does it, through
@@ -23,28 +25,44 @@ from .recorder import attributed
 from .thunderfx import marker_break
 from .versions import check_versions
 
-__all__ = ["Patch", "PATCHES", "install", "uninstall", "installed"]
+__all__ = ["Undo", "Patch", "PATCHES", "install", "uninstall", "installed"]
 
 _MISSING = object()
 
 
-class _Undo:
-    """The changes one patch made, to put back in reverse order."""
+class Undo:
+    """Changes made to another library's objects, each recorded as (owner, name, value before), put
+    back in reverse order by `restore`."""
 
     def __init__(self) -> None:
         self._steps: list[Callable[[], None]] = []
 
+    def __bool__(self) -> bool:
+        """Whether a change is in place."""
+        return bool(self._steps)
+
     def setattr(self, owner: Any, name: str, value: Any) -> None:
-        before = vars(owner).get(name, _MISSING)
+        """Set ``owner.name``; `restore` puts back the value the owner itself held, or deletes the
+        attribute where it held none (a class's inherited method comes back so). A module whose
+        attributes live elsewhere (torch's config modules, torch 2.11 and 2.14) gets its value back
+        by ``setattr``: deleting there would remove the option."""
+        if name in vars(owner):
+            before = vars(owner)[name]
+        elif isinstance(owner, type) or not hasattr(owner, name):
+            before = _MISSING
+        else:
+            before = getattr(owner, name)
         self._steps.append(lambda: delattr(owner, name) if before is _MISSING else setattr(owner, name, before))
         setattr(owner, name, value)
 
     def setitem(self, mapping: dict, key: Any, value: Any) -> None:
+        """Set ``mapping[key]``; `restore` puts back the value before, or removes the key."""
         before = mapping.get(key, _MISSING)
         self._steps.append(lambda: mapping.pop(key, None) if before is _MISSING else mapping.__setitem__(key, before))
         mapping[key] = value
 
     def restore(self) -> None:
+        """Undo every change, the latest first."""
         while self._steps:
             self._steps.pop()()
 
@@ -55,10 +73,10 @@ class Patch:
 
     name: str
     lost: str
-    apply: Callable[[_Undo, MarkerRecorder], None]
+    apply: Callable[[Undo, MarkerRecorder], None]
 
 
-def _source_location(undo: _Undo, markers: MarkerRecorder) -> None:
+def _source_location(undo: Undo, markers: MarkerRecorder) -> None:
     # thunder 0.2.6 (thunder/core/trace.py; its caller per torch op is
     # jit_ext.record_source_loc_in_symbol_header; Symbol.bind copies the
     # filename into BoundSymbol.source_filename). See `recorder`.
@@ -78,14 +96,14 @@ def _source_location(undo: _Undo, markers: MarkerRecorder) -> None:
     undo.setattr(TraceCtx, "set_current_source_location", set_current_source_location)
 
 
-def _marker_lookasides(undo: _Undo, markers: MarkerRecorder) -> None:
+def _marker_lookasides(undo: Undo, markers: MarkerRecorder) -> None:
     from thunder.core.jit_ext import _general_jit_lookaside_map  # see `lookasides.marker_lookasides`
 
     for api, lookaside in marker_lookasides(markers).items():
         undo.setitem(_general_jit_lookaside_map, api, lookaside)
 
 
-def _thunderfx_compiler(undo: _Undo, markers: MarkerRecorder) -> None:
+def _thunderfx_compiler(undo: Undo, markers: MarkerRecorder) -> None:
     # thunder 0.2.6: ThunderFX's torch.compile backend is ThunderCompiler.__call__(gm, sample_args).
     try:
         from thunder.dynamo.compiler import ThunderCompiler
@@ -107,7 +125,7 @@ def _thunderfx_compiler(undo: _Undo, markers: MarkerRecorder) -> None:
     undo.setattr(ThunderCompiler, "__call__", __call__)
 
 
-def _guarded_callables(undo: _Undo, markers: MarkerRecorder) -> None:
+def _guarded_callables(undo: Undo, markers: MarkerRecorder) -> None:
     # thunder 0.2.6 builds what it runs from each final trace with TraceCtx.python_callable
     # (thunder/__init__.py: the computation and backward callables of a cache entry).
     from thunder.core.trace import TraceCtx
@@ -126,7 +144,7 @@ def _guarded_callables(undo: _Undo, markers: MarkerRecorder) -> None:
     undo.setattr(TraceCtx, "python_callable", python_callable)
 
 
-def _compile_data(undo: _Undo, markers: MarkerRecorder) -> None:
+def _compile_data(undo: Undo, markers: MarkerRecorder) -> None:
     # thunder 0.2.6: thunder.jit makes one CompileData (thunder/common.py) per compilation, keeping
     # the keywords it does not know in compile_options. See `thunder.note_ignored_options`.
     from thunder.common import CompileData
@@ -179,7 +197,7 @@ PATCHES = (
 
 _lock = threading.Lock()
 _installed = False
-_applied: list[tuple[Patch, _Undo]] = []
+_applied: list[tuple[Patch, Undo]] = []
 _reported: set[str] = set()
 _PROCEED = (
     "nvtx_regions was checked on thunder 0.2.6 and torch 2.11; install those, or drop the rules that need it "
@@ -199,7 +217,7 @@ def install(markers: MarkerRecorder) -> None:
             return
         check_versions()
         for patch in PATCHES:
-            undo = _Undo()
+            undo = Undo()
             try:
                 patch.apply(undo, markers)
             except Exception as error:
