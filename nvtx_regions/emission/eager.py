@@ -27,24 +27,30 @@ a trace are left out, with one `NvtxRegionsWarning` naming them
 How the ranges are made, and the promises that follow:
 - forward: a forward pre-hook pushes, a forward hook registered with
   ``always_call=True`` pops, so a module that raises still pops its range;
-- backward: ``register_full_backward_pre_hook`` pushes when the gradient of
-  the module's outputs arrives, ``register_full_backward_hook`` pops once the
-  gradient of its inputs is computed. A module none of whose inputs needs a
-  gradient (an embedding of token ids, usually the root) gets its backward
-  hook from torch right after the pre-hook; its range then stays open until
-  the range around it closes or the backward ends (torch also warns once
-  about that hook);
+- backward, without torch's full backward hooks (they wrap every output in an
+  extra autograd node, and cost 9 to 14% of a launch-bound GPU step): the
+  pre-hook puts a hook on each input tensor that needs a gradient, the forward
+  hook a pre-hook on the autograd nodes of the outputs. The range opens when
+  the gradient of the call's outputs arrives and closes once the gradients of
+  all its inputs are computed (autograd runs a node's tensor hooks before its
+  pre-hooks, so the range of the call that consumed an output closes before
+  the range of the call that produced it opens). A call none of whose inputs
+  needs a gradient (an embedding of token ids, usually the root) keeps its
+  range open until the range around it closes or the backward ends;
 - a module called twice per step (shared weights) gets two ranges each way;
 - ranges nest, and the NVTX stack of each thread stays balanced: ranges a
   failed backward left open on a thread are popped at the root's next
-  forward call on that thread, or by `remove()`;
-- `remove()` removes every hook and restores each module's hook state
-  exactly (the hook dicts and ``_is_full_backward_hook``).
+  forward call on that thread, at the end of a `nvtx_regions.steps` step, or
+  by `remove()`;
+- gates (``steps a..b``, ``rank in <...>``) read the one step clock
+  (`runtime.clock`), as on every backend;
+- `remove()` removes every module hook, and restores each module's hook
+  dicts exactly; hooks already on tensors of a graph not yet run backward do
+  nothing more than close an empty range.
 
-Limits: an in-place operation on the output of a module with backward hooks
-fails in torch ("... is a view and is being modified inplace"); restrict such
-rules with ``and forward``. On CUDA, autograd runs backward on its own
-threads, and ranges a failed backward leaves there are not recovered.
+Limits: on CUDA, autograd runs backward on its own threads: the backward
+ranges are pushed and popped there, and ranges a failed backward leaves there
+are not recovered.
 """
 
 from __future__ import annotations
@@ -54,7 +60,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..internals.autograd import autograd_internals, full_backward_hook_flag, restore_full_backward_hook_flag
+from ..internals.autograd import autograd_internals
 from ..core.globs import name_matcher, path_matcher
 from ..core.naming import DEFAULT_DOMAIN, module_call_name, range_message, rule_category, rule_color
 from ..core.profiling import DEFAULT_SELECT
@@ -86,11 +92,10 @@ class _Open:
     """Ranges one hook call pushed, on one thread's stack."""
 
     kind: str  # "forward" or "backward"
-    module: int  # id() of the module
+    module: int  # id() of the module, for forward
     pushed: int  # NVTX ranges pushed (gated-off ones are not)
     task: int = -1  # autograd graph task, for backward
-    node: Any = None  # the autograd node whose hook pushed, for backward
-    deferred: bool = False  # torch called the backward hook early: close with the enclosing range
+    call: Any = None  # a forward's `_BackwardCall`, whose backward range its outputs' hooks open
 
 
 @dataclass
@@ -101,14 +106,11 @@ class _Target:
     path: str
     forward: list[tuple[int, Any]] = field(default_factory=list)
     backward: list[tuple[int, Any]] = field(default_factory=list)
-    was_full_backward_hook: Any = None
 
 
 class EagerAnnotation:
     """The hooks `annotate` put on a model. `remove()` takes them off; also a context manager.
 
-    `steps` is how many times the root model's forward has been called (gates read the step
-    clock, `runtime.clock`, as on every backend);
     `explain()` says what each rule selected; `messages` lists the ranges of a step.
     """
 
@@ -122,7 +124,7 @@ class EagerAnnotation:
         self.domain = Domain(domain, sinks)
         self._calls = calls_of(self.domain)
         watch_step_gates(self.compiled.rules)
-        self.steps = 0
+        self._gated = any(rule.gate is not None for rule in self.compiled.rules)
         self._open_rules = [self._is_open(r, 0) for r in self.rules]
         self._local = threading.local()
         self._handles: list[Any] = []
@@ -169,8 +171,6 @@ class EagerAnnotation:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
-        for target in self._targets:
-            restore_full_backward_hook_flag(target.module, target.was_full_backward_hook)
         self._recover()
 
     def __enter__(self) -> EagerAnnotation:
@@ -182,7 +182,10 @@ class EagerAnnotation:
     # -- which modules get which ranges ---------------------------------------
 
     def _install(self) -> None:
+        import torch
+
         self._autograd = autograd_internals()
+        self._grad_enabled = torch.is_grad_enabled
         self.views = module_views(self.model)
         self._plans = [make_plan(self.compiled, view, self.domain_name) for view in self.views]
         targets: dict[int, _Target] = {}
@@ -191,30 +194,18 @@ class EagerAnnotation:
                 op = view.ops[planned.start]
                 target = targets.get(op.index)
                 if target is None:
-                    was = full_backward_hook_flag(op.module)
-                    target = targets[op.index] = _Target(op.module, op.path, was_full_backward_hook=was)
+                    target = targets[op.index] = _Target(op.module, op.path)
                 rule = self.compiled.rules[planned.rules[0]]
                 color, category = rule_color(rule.number), rule_category(rule.rule)
                 attributes = self.domain.attributes(planned.label, color=color, category=category)
                 getattr(target, view.phase).append((rule.number, attributes))
         self._targets = [targets[index] for index in sorted(targets)]
-        # The step counter runs first, before any range of the root is pushed.
+        # The root's pre-hook runs first, before any range of the root is pushed.
         self._handles.append(self.model.register_forward_pre_hook(self._root_pre_hook, prepend=True))
         for target in self._targets:
             module = target.module
-            if target.forward:
-                self._handles.append(module.register_forward_pre_hook(self._forward_push(target)))
-                self._handles.append(module.register_forward_hook(self._forward_pop(target), always_call=True))
-            if target.backward:
-                try:
-                    self._handles.append(module.register_full_backward_pre_hook(self._backward_push(target)))
-                    self._handles.append(module.register_full_backward_hook(self._backward_pop(target)))
-                except RuntimeError as error:
-                    raise RuntimeError(
-                        f"annotate(): module {target.path or type(module).__name__!r} has a backward hook "
-                        f"from register_backward_hook, and torch allows no full backward hook next to it ({error}); "
-                        "remove that hook, or restrict the rule with 'and forward'"
-                    ) from None
+            self._handles.append(module.register_forward_pre_hook(self._pre_hook(target), with_kwargs=True))
+            self._handles.append(module.register_forward_hook(self._post_hook(target), with_kwargs=True, always_call=True))
 
     def _report_unselected(self, strict: bool) -> None:
         """Warn (with `strict`, raise `SelectorError`) for each each-module/class rule that matches no module."""
@@ -259,8 +250,7 @@ class EagerAnnotation:
             # Outside any backward nothing of ours is open on this thread,
             # unless a backward raised with ranges open.
             self._recover()
-        self.steps += 1
-        if any(rule.compiled.gate is not None for rule in self.rules):
+        if self._gated:
             step = current_step()
             self._open_rules = [self._is_open(r, step) for r in self.rules]
 
@@ -281,67 +271,65 @@ class EagerAnnotation:
                 pop()
         del stack[position:]
 
+    def _close(self, entry: _Open) -> None:
+        """Pop `entry` and what is still open inside it, if it is open on this thread's stack."""
+        stack = self._stack()
+        for position in range(len(stack) - 1, -1, -1):
+            if stack[position] is entry:
+                self._pop(stack, position)
+                return
+
     def _recover(self) -> None:
         stack = self._stack()
         self._pop(stack, 0)
         self._local.tasks.clear()
 
-    def _forward_push(self, target: _Target) -> Callable[..., None]:
-        entries, key = target.forward, id(target.module)
+    def _pre_hook(self, target: _Target) -> Callable[..., None]:
+        forward, backward, key = target.forward, target.backward, id(target.module)
+        grad_enabled = self._grad_enabled
 
-        def forward_pre_hook(module: Any, args: Any) -> None:
-            self._stack().append(_Open("forward", key, self._push(entries)))
+        def forward_pre_hook(module: Any, args: Any, kwargs: Any) -> None:
+            call = None
+            if backward and grad_enabled():
+                # Hooked before the call runs: an in-place op in the module (ReLU(inplace=True))
+                # leaves the hook on the gradient of the input as it came in.
+                inputs = [t for t in tensors_in((args, kwargs)) if t.requires_grad]
+                call = _BackwardCall(self, backward, len(inputs))
+                for tensor in inputs:
+                    handle = tensor.register_hook(call.input_done)
+                    if tensor.grad_fn is None:  # a leaf keeps its hooks: drop ours once it has fired
+                        call.leaf_handles.append(handle)
+            self._stack().append(_Open("forward", key, self._push(forward) if forward else 0, call=call))
 
         return forward_pre_hook
 
-    def _forward_pop(self, target: _Target) -> Callable[..., None]:
+    def _post_hook(self, target: _Target) -> Callable[..., None]:
         key = id(target.module)
 
-        def forward_hook(module: Any, args: Any, output: Any) -> None:
+        def forward_hook(module: Any, args: Any, kwargs: Any, output: Any) -> None:
             stack = self._stack()
             for position in range(len(stack) - 1, -1, -1):
-                if stack[position].kind == "forward" and stack[position].module == key:
+                entry = stack[position]
+                if entry.kind == "forward" and entry.module == key:
                     self._pop(stack, position)
+                    if entry.call is not None:
+                        entry.call.outputs_ready(output)
                     return
 
         return forward_hook
 
-    def _backward_push(self, target: _Target) -> Callable[..., None]:
-        entries, key = target.backward, id(target.module)
-        autograd = self._autograd
-
-        def backward_pre_hook(module: Any, grad_output: Any) -> None:
-            stack = self._stack()
-            task = autograd.graph_task_id()
-            if task not in self._local.tasks:
-                self._local.tasks.add(task)
-                leave_open(self._recover)  # a backward that raises calls no hook of ours
-                # Closes what is still open when this backward succeeds (e.g. a
-                # deferred range, or a module whose inputs' gradients were not asked for).
-                autograd.queue_callback(lambda: self._end_task(task))
-            stack.append(_Open("backward", key, self._push(entries), task, autograd.autograd_node()))
-
-        return backward_pre_hook
-
-    def _backward_pop(self, target: _Target) -> Callable[..., None]:
-        key = id(target.module)
-        autograd = self._autograd
-
-        def backward_hook(module: Any, grad_input: Any, grad_output: Any) -> None:
-            stack = self._stack()
-            task = autograd.graph_task_id()
-            for position in range(len(stack) - 1, -1, -1):
-                entry = stack[position]
-                if entry.kind == "backward" and entry.module == key and entry.task == task and not entry.deferred:
-                    if entry.node is not None and entry.node is autograd.autograd_node():
-                        # No input needs a gradient: torch calls this hook from the
-                        # pre-hook's node, before the module's backward has run.
-                        entry.deferred = True
-                    else:
-                        self._pop(stack, position)
-                    return
-
-        return backward_hook
+    def _open_backward(self, call: _BackwardCall) -> _Open:
+        stack = self._stack()
+        task = self._autograd.graph_task_id()
+        if task not in self._local.tasks:
+            self._local.tasks.add(task)
+            leave_open(self._recover)  # a backward that raises calls no hook of ours
+            # Closes what is still open when this backward succeeds (a module none of whose
+            # inputs needs a gradient, or whose inputs' gradients were not all computed).
+            self._autograd.queue_callback(lambda: self._end_task(task))
+        entry = _Open("backward", -1, self._push(call.entries), task)
+        stack.append(entry)
+        return entry
 
     def _end_task(self, task: int) -> None:
         stack = self._stack()
@@ -350,6 +338,62 @@ class EagerAnnotation:
         while position and stack[position - 1].task == task:
             position -= 1
         self._pop(stack, position)
+
+
+class _BackwardCall:
+    """One module call's backward range: it opens when the gradient of the call's outputs
+    arrives (a pre-hook on their autograd nodes) and closes once the gradients of all its
+    inputs are computed (tensor hooks, which autograd runs before the pre-hooks of the same
+    node: the range of the call that consumed an output closes before the producer's opens)."""
+
+    __slots__ = ("owner", "entries", "inputs", "waiting", "open", "leaf_handles")
+
+    def __init__(self, owner: EagerAnnotation, entries: list[tuple[int, Any]], inputs: int) -> None:
+        self.owner, self.entries, self.inputs = owner, entries, inputs
+        self.waiting = inputs
+        self.open: _Open | None = None
+        self.leaf_handles: list[Any] = []
+
+    def outputs_ready(self, output: Any) -> None:
+        nodes = {id(t.grad_fn): t.grad_fn for t in tensors_in(output) if t.grad_fn is not None}
+        for node in nodes.values():
+            node.register_prehook(self.gradient_arrived)
+        if not nodes:  # no backward through this call
+            self._drop_leaf_hooks()
+
+    def gradient_arrived(self, grad_outputs: Any) -> None:
+        if self.open is None or self.open.task != self.owner._autograd.graph_task_id():
+            self.open = self.owner._open_backward(self)
+            self.waiting = self.inputs
+
+    def input_done(self, grad: Any) -> None:
+        entry = self.open
+        if entry is None:
+            return
+        self.waiting -= 1
+        if self.waiting == 0:
+            self.open = None
+            self.owner._close(entry)
+            self._drop_leaf_hooks()
+
+    def _drop_leaf_hooks(self) -> None:
+        for handle in self.leaf_handles:
+            handle.remove()
+        self.leaf_handles.clear()
+
+
+def tensors_in(value: Any) -> list[Any]:
+    """The tensors of a hook's arguments or a module's output (nested in tuples, lists and dicts)."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for item in value for t in tensors_in(item)]
+    if isinstance(value, dict):
+        return [t for item in value.values() for t in tensors_in(item)]
+    values = getattr(value, "values", None)  # a ModelOutput of transformers
+    return [t for item in values() for t in tensors_in(item)] if callable(values) else []
 
 
 def annotate(
