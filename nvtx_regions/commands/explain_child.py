@@ -192,6 +192,8 @@ def _first_call(module: Any, args: Any) -> None:
         explanation = annotation.explain(max_ops=_max_ops())
     except SelectorError as error:
         record.update(text=f"not explained: {error}", tree="", selected=False)
+    except Exception as error:  # reported, and the script's own call goes on
+        record.update(text=f"not explained: {type(error).__name__}: {error}", tree="", selected=False)
     else:
         selected = any(found.ranges for per_trace in explanation.traces for found in per_trace)
         record.update(_rendered(explanation), selected=selected)
