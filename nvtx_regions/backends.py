@@ -8,7 +8,9 @@
 
 `compile` gives, for the same spec and with the same range names:
 
-- ``"eager"``: the model itself, with `nvtx_regions.annotate` hooks;
+- ``"eager"``: the model itself, with `nvtx_regions.annotate` hooks; the annotation is its
+  ``nvtx_regions_backend`` (``model.nvtx_regions_backend.remove()`` takes the hooks off, and
+  compiling the model again replaces them);
 - ``"thunder"``: ``thunder.jit(model, transforms=[NvtxProfileTransform(...)])``
   (lightning-thunder is an optional dependency: ``pip install 'nvtx_regions[thunder]'``);
 - ``"inductor"``: ``torch.compile(model, backend=NvtxInductor(...))``.

@@ -230,6 +230,26 @@ def test_remove_restores_the_hook_dicts(nvtx_capture):
     assert [e for e in events if e.domain == "nvtx_regions"] == []
 
 
+def test_compiling_twice_replaces_the_hooks_and_the_handle_removes_them(nvtx_capture):
+    """A notebook cell run again: the second compile replaces the first's hooks (no range nested in a
+    copy of itself); `explain` takes the model compile returned; `remove()` leaves no range of ours."""
+    model = plain_gpt(1)
+    before = _hook_state(model)
+    first = nvtx_regions.compile(model, "each module <transformer.h.0>", backend="eager")
+    again = nvtx_regions.compile(model, "each module <transformer.h.0>", backend="eager")
+    assert first is again is model
+    with nvtx_capture() as events:
+        _step(model)
+    check_balanced(events)
+    assert _ranges(events) == [(0, "nvtx_regions", "transformer.h.0"), (0, "nvtx_regions", "transformer.h.0 (backward)")]
+    assert "transformer.h.0" in str(nvtx_regions.explain(model))
+    model.nvtx_regions_backend.remove()
+    assert _hook_state(model) == before and not hasattr(model, "nvtx_regions_backend")
+    with nvtx_capture() as events:
+        _step(model)
+    assert [e for e in events if e.domain == "nvtx_regions"] == []
+
+
 def test_annotation_describes_its_ranges():
     model = plain_gpt(1)
     with annotate(model, "each module <transformer.h.0.mlp.c_*> and forward; each class <GPT> and backward") as h:

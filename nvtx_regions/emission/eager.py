@@ -77,7 +77,9 @@ from ..runtime.domain import Domain, calls_of
 from ..runtime.ranges import leave_open
 from ..runtime.sinks import NVTX_ONLY, chosen_sinks
 
-__all__ = ["annotate", "EagerAnnotation", "EagerRule"]
+__all__ = ["annotate", "EagerAnnotation", "EagerRule", "HANDLE"]
+
+HANDLE = "nvtx_regions_backend"  # the attribute of a model that holds its annotation (see `EagerAnnotation`)
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,9 @@ class EagerAnnotation:
     """The hooks `annotate` put on a model. `remove()` takes them off; also a context manager.
 
     `explain()` says what each rule selected; `messages` lists the ranges of a step.
+    One annotation per model: it is the model's ``nvtx_regions_backend`` (what
+    `nvtx_regions.explain(model)` reads, as on an Inductor-compiled model), and a new one on the
+    same model removes the last one first, so a notebook cell run again does not stack hooks.
     """
 
     def __init__(
@@ -131,12 +136,16 @@ class EagerAnnotation:
         self._targets: list[_Target] = []
         self._removed = False
         report_unsupported(self.compiled, strict=strict, stacklevel=3)
+        previous = vars(model).get(HANDLE)
+        if isinstance(previous, EagerAnnotation):
+            previous.remove()
         try:
             self._install()
             self._report_unselected(strict)
         except BaseException:
             self.remove()
             raise
+        setattr(model, HANDLE, self)
 
     # -- public ----------------------------------------------------------------
 
@@ -171,6 +180,8 @@ class EagerAnnotation:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+        if vars(self.model).get(HANDLE) is self:
+            delattr(self.model, HANDLE)
         self._recover()
 
     def __enter__(self) -> EagerAnnotation:
