@@ -274,8 +274,8 @@ PRIVATE_NAMES = frozenset({
     "_getframe", "get_referrers", "f_back", "f_locals", "_lib", "jit_ext", "_call_ctx", "_C", "_nvtx",
     "_dynamo", "_inductor", "_functorch", "_general_jit_lookaside_map", "interpreter_needs_wrap",
     "get_interpreterruntimectx", "frame_stack", "localsplus", "get_jit_ctx", "_computation_trace",
-    "get_compile_data", "_execution_engine", "_current_graph_task_id", "_current_autograd_node",
-    "_is_full_backward_hook", "_lineno_map", "compile_subgraph_reason",
+    "get_compile_data", "_execution_engine", "_current_graph_task_id",
+    "_lineno_map", "compile_subgraph_reason",
 })  # fmt: skip
 # Modules whose every use is a reach (besides any dotted path with a private part).
 PRIVATE_MODULES = ("thunder.core.jit_ext", "thunder.core.interpreter", "thunder.core.compile_data")
@@ -359,9 +359,8 @@ def test_the_private_reach_finder_finds_planted_reaches(tmp_path):
 TORCH_214 = "torch 2.11 and 2.14"
 THUNDER = "thunder 0.2.6"
 PRIVATE_ALLOWED: dict[tuple[str, str], str] = {
-    ("torch._C._current_graph_task_id", "autograd"): "torch 2.11",
-    ("torch._C._current_autograd_node", "autograd"): "torch 2.11",
-    ("torch.autograd.Variable._execution_engine.queue_callback", "autograd"): "torch 2.11",
+    ("torch._C._current_graph_task_id", "autograd"): TORCH_214,
+    ("torch.autograd.Variable._execution_engine.queue_callback", "autograd"): TORCH_214,
     ("torch._guards.TracingContext", "compiled_markers"): TORCH_214,
     ("torch._dynamo.config", "compiled_markers"): TORCH_214,
     ("torch._dynamo.eval_frame.skip_code", "dynamo"): TORCH_214,

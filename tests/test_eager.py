@@ -8,6 +8,7 @@ plugin attaches the tool in this process) and compares them with what
 from __future__ import annotations
 
 import collections
+import copy
 import threading
 import warnings
 
@@ -243,6 +244,15 @@ def test_compiling_twice_replaces_the_hooks_and_the_handle_removes_them(nvtx_cap
     check_balanced(events)
     assert _ranges(events) == [(0, "nvtx_regions", "transformer.h.0"), (0, "nvtx_regions", "transformer.h.0 (backward)")]
     assert "transformer.h.0" in str(nvtx_regions.explain(model))
+    copied = copy.deepcopy(model)  # an EMA copy, say: no range until it is compiled itself
+    with nvtx_capture() as events:
+        _step(copied)
+    assert [e for e in events if e.domain == "nvtx_regions"] == []
+    nvtx_regions.compile(copied, "each module <transformer.h.0>", backend="eager")
+    with nvtx_capture() as events:
+        _step(copied)
+        _step(model)
+    assert _ranges(events) == 2 * [(0, "nvtx_regions", "transformer.h.0"), (0, "nvtx_regions", "transformer.h.0 (backward)")]
     model.nvtx_regions_backend.remove()
     assert _hook_state(model) == before and not hasattr(model, "nvtx_regions_backend")
     with nvtx_capture() as events:
@@ -403,23 +413,23 @@ def test_backward_ranges_next_to_in_place_outputs_and_old_style_backward_hooks(n
 UNSELECTED = [
     (
         "each module <transformer.h.9>",
-        "rule 'each module <transformer.h.9>' (<select>:1) selected no module; module 'transformer.h.9' matches no "
-        "module of this GPT (nearest: transformer.h.0, transformer.h, transformer)",
+        "rule 'each module <transformer.h.9>' (<select>:1) selected nothing in the module calls of this GPT; module "
+        "'transformer.h.9' matches nothing in the model's module calls (nearest: transformer.h.0, transformer.h, transformer)",
     ),
     (
         "each class <Blok>",
-        "rule 'each class <Blok>' (<select>:1) selected no module; class 'Blok' matches no module of this GPT "
-        "(nearest: Block)",
+        "rule 'each class <Blok>' (<select>:1) selected nothing in the module calls of this GPT; class 'Blok' "
+        "matches nothing in the model's module calls (nearest: Block)",
     ),
     (
         "each class <Linear> and module <transformer.wte>",
-        "rule 'each class <Linear> and module <transformer.wte>' (<select>:1) selected no module; its "
+        "rule 'each class <Linear> and module <transformer.wte>' (<select>:1) selected nothing in the module calls of this GPT; its "
         "'module <...>' / 'class <...>' scope excludes every module it matches",
     ),
     (
         "each module <lm_head> and forward and backward",
-        "rule 'each module <lm_head> and forward and backward' (<select>:1) selected no module; "
-        "'forward and backward' is never true",
+        "rule 'each module <lm_head> and forward and backward' (<select>:1) selected nothing in the module calls of "
+        "this GPT; 'forward and backward' is never true",
     ),
 ]
 

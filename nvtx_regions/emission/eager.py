@@ -66,11 +66,11 @@ from ..core.naming import DEFAULT_DOMAIN, module_call_name, range_message, rule_
 from ..core.profiling import DEFAULT_SELECT
 from ..language.parse import given_spec, spec_from_arguments
 from ..language.tree import EachClass, EachModule, conjuncts
-from ..selection.compile import CompiledRule, CompiledSpec, EachRule, compile_spec
+from ..selection.compile import CompiledRule, CompiledSpec, EachMarkerRule, compile_spec
 from ..selection.explanation import Explanation, explain_views
 from ..selection.plan import make_plan
 from ..selection.support import report_unsupported, restrict
-from ..selection.unselected import nearest, report_unselected
+from ..selection.unselected import RuleTally
 from .eager_view import module_views
 from ..runtime.clock import current_rank, current_step, watch_step_gates
 from ..runtime.domain import Domain, calls_of
@@ -137,7 +137,7 @@ class EagerAnnotation:
         self._removed = False
         report_unsupported(self.compiled, strict=strict, stacklevel=3)
         previous = vars(model).get(HANDLE)
-        if isinstance(previous, EagerAnnotation):
+        if isinstance(previous, EagerAnnotation) and previous.model is model:  # not a copy's
             previous.remove()
         try:
             self._install()
@@ -184,6 +184,12 @@ class EagerAnnotation:
             delattr(self.model, HANDLE)
         self._recover()
 
+    def __deepcopy__(self, memo: Any) -> EagerAnnotation:
+        # A deep copy of the model (an EMA copy, say) copies its hook dicts, whose hooks are bound
+        # to this annotation (a thread-local stack cannot be copied). They do nothing on the copy's
+        # modules: the copy has no range until it is annotated or compiled itself.
+        return self
+
     def __enter__(self) -> EagerAnnotation:
         return self
 
@@ -219,29 +225,12 @@ class EagerAnnotation:
             self._handles.append(module.register_forward_hook(self._post_hook(target), with_kwargs=True, always_call=True))
 
     def _report_unselected(self, strict: bool) -> None:
-        """Warn (with `strict`, raise `SelectorError`) for each each-module/class rule that matches no module."""
-        model = self.model
-        paths = [path for path, _ in model.named_modules() if path]
-        classes = sorted({type(m).__name__ for m in model.modules()})
-        problems = []
-        for rule in self.compiled.rules:
-            if not isinstance(rule, EachRule) or any(plan.per_rule[rule.number].ranges for plan in self._plans):
-                continue  # `each marker` rules add nothing in eager, by design
-            each = rule.each
-            if each.never:
-                reason = "'forward and backward' is never true"
-            else:
-                (written,) = [e for e in conjuncts(rule.rule.expr) if isinstance(e, (EachModule, EachClass))]
-                names = paths if each.by == "module" else classes
-                matcher = path_matcher if each.by == "module" else name_matcher
-                missing = [g for g in written.globs if not any(map(matcher((g,)), names))]
-                if missing:
-                    hint = nearest(missing[0], names)
-                    reason = f"{each.by} {missing[0]!r} matches no module of this {type(model).__name__}{hint}"
-                else:
-                    reason = "its 'module <...>' / 'class <...>' scope excludes every module it matches"
-            problems.append(f"{rule.describe()} selected no module; {reason}")
-        report_unselected(problems, strict=strict, stacklevel=4)
+        """Warn (with `strict`, raise `SelectorError`) for each rule that selected no module call, as
+        every backend does (`RuleTally`); `each marker` rules add nothing in eager, by design."""
+        tally = RuleTally(self.compiled)
+        for view, plan in zip(self.views, self._plans):
+            tally.add(plan, view)
+        tally.report(strict=strict, where=f"the module calls of this {type(self.model).__name__}", skip=(EachMarkerRule,), stacklevel=4)
 
     # -- hooks -----------------------------------------------------------------
 
@@ -257,6 +246,8 @@ class EagerAnnotation:
         return gate is None or gate.is_open(current_rank(), step)
 
     def _root_pre_hook(self, module: Any, args: Any) -> None:
+        if module is not self.model:  # a deep copy's
+            return
         if self._autograd.graph_task_id() == -1:
             # Outside any backward nothing of ours is open on this thread,
             # unless a backward raised with ranges open.
@@ -299,7 +290,11 @@ class EagerAnnotation:
         forward, backward, key = target.forward, target.backward, id(target.module)
         grad_enabled = self._grad_enabled
 
+        owner = target.module
+
         def forward_pre_hook(module: Any, args: Any, kwargs: Any) -> None:
+            if module is not owner:  # a deep copy's module, which has a copy of this hook
+                return
             call = None
             if backward and grad_enabled():
                 # Hooked before the call runs: an in-place op in the module (ReLU(inplace=True))
@@ -318,6 +313,8 @@ class EagerAnnotation:
         key = id(target.module)
 
         def forward_hook(module: Any, args: Any, kwargs: Any, output: Any) -> None:
+            if id(module) != key:  # a deep copy's module
+                return
             stack = self._stack()
             for position in range(len(stack) - 1, -1, -1):
                 entry = stack[position]

@@ -14,13 +14,13 @@ import difflib
 import warnings
 from dataclasses import dataclass, field
 
-from .compile import CompiledRule, CompiledSpec
+from .compile import CompiledRule, CompiledSpec, EachRule
 from ..core.errors import NvtxRegionsWarning, SelectorError
 from .plan import Plan
 from .view import View
 from ..core.globs import name_matcher, path_matcher, source_matcher
 from ..language.tree import (
-    ClassIn, EachClass, EachMarker, EachModule, MarkerIn, ModuleIn, OpIn, Proxy, Reads, Source, Visitor, walk,
+    ClassIn, EachClass, EachMarker, EachModule, MarkerIn, ModuleIn, OpIn, Proxy, Reads, Source, Visitor, conjuncts, walk,
 )  # fmt: skip
 from .markers import crossing_fusions
 
@@ -138,23 +138,32 @@ class RuleTally:
         """The rules that selected nothing, among those the backend runs (`CompiledRule.applies`)."""
         return [rule for rule in self.spec.rules if rule.applies and self.ranges[rule.number] == 0]
 
-    def report(self, *, strict: bool, where: str, once: bool = False) -> None:
+    def report(
+        self, *, strict: bool, where: str, once: bool = False, skip: tuple[type, ...] = (), stacklevel: int = 3
+    ) -> None:
         """Warn (or with `strict`, raise `SelectorError`) for each rule that selected nothing;
-        with `once`, only for the rules not reported by an earlier call."""
+        with `once`, only for the rules not reported by an earlier call; never for rules of the
+        classes in `skip` (eager's `each marker`: the markers run as written there).
+        `stacklevel` counts from the caller of this method, as for `warnings.warn`."""
         problems = []
         for rule in self.unselected():
-            if once and rule.number in self.reported:
+            if (once and rule.number in self.reported) or isinstance(rule, skip):
                 continue
             self.reported.add(rule.number)
             reason = self.reason(rule)
             problems.append(f"{rule.describe()} selected nothing in {where}{'; ' + reason if reason else ''}")
-        report_unselected(problems, strict=strict, stacklevel=4)
+        report_unselected(problems, strict=strict, stacklevel=stacklevel + 1)
 
     def reason(self, rule: CompiledRule) -> str:
         """Why `rule` may have selected nothing: its names that are in none of the traces, in the
         words of the backend the spec was compiled for."""
+        if isinstance(rule, EachRule) and rule.each.never:
+            return "'forward and backward' is never true"
         why = _WhyNothing(self.views, WORDS[self.spec.backend or _UNRESTRICTED])
-        return "; ".join(note for part in walk(rule.rule.expr) for note in why.visit(part))
+        notes = [note for part in walk(rule.rule.expr) for note in why.visit(part)]
+        if not notes and isinstance(rule, EachRule) and any(isinstance(p, (ModuleIn, ClassIn)) for p in conjuncts(rule.rule.expr)):
+            notes.append("its 'module <...>' / 'class <...>' scope excludes every module it matches")
+        return "; ".join(notes)
 
 
 class _WhyNothing(Visitor):
