@@ -122,6 +122,28 @@ def test_weight_sharing_gets_two_ranges_each_way(nvtx_capture):
     assert [m for _, _, m in _ranges(events)] == ["inner", "inner"]
 
 
+def test_a_module_and_its_last_submodule_share_an_output_and_nest_both_ways(nvtx_capture):
+    """The outer call's backward range opens first, as its forward range did."""
+    linear = lambda: torch.nn.Linear(4, 4)  # noqa: E731
+    model = torch.nn.Sequential(torch.nn.Sequential(linear(), torch.nn.Sequential(linear(), linear())))
+    with annotate(model, "each module <**>"):
+        with nvtx_capture() as events:
+            model(torch.randn(2, 4, requires_grad=True)).sum().backward()
+    check_balanced(events)
+    assert [(depth, message) for depth, _, message in _ranges(events)] == [
+        (0, "0"),
+        (1, "0.0"),
+        (1, "0.1"),
+        (2, "0.1.0"),
+        (2, "0.1.1"),
+        (0, "0 (backward)"),
+        (1, "0.1 (backward)"),
+        (2, "0.1.1 (backward)"),
+        (2, "0.1.0 (backward)"),
+        (1, "0.0 (backward)"),
+    ]
+
+
 class Fail(torch.autograd.Function):
     """Identity forward; backward raises."""
 

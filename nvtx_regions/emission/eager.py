@@ -55,6 +55,7 @@ are not recovered.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from dataclasses import dataclass, field
@@ -365,11 +366,17 @@ class _BackwardCall:
     def outputs_ready(self, output: Any) -> None:
         nodes = {id(t.grad_fn): t.grad_fn for t in tensors_in(output) if t.grad_fn is not None}
         for node in nodes.values():
-            node.register_prehook(self.gradient_arrived)
+            # Calls that share an output (a module and its last submodule) share one pre-hook,
+            # which opens the outer call's range first: the calls finish inner first.
+            calls = node.metadata.get(_CALLS)
+            if calls is None:
+                calls = node.metadata[_CALLS] = []
+                node.register_prehook(functools.partial(_open_backward_ranges, calls))
+            calls.append(self)
         if not nodes:  # no backward through this call
             self._drop_leaf_hooks()
 
-    def gradient_arrived(self, grad_outputs: Any) -> None:
+    def gradient_arrived(self) -> None:
         if self.open is None or self.open.task != self.owner._autograd.graph_task_id():
             self.open = self.owner._open_backward(self)
             self.waiting = self.inputs
@@ -388,6 +395,14 @@ class _BackwardCall:
         for handle in self.leaf_handles:
             handle.remove()
         self.leaf_handles.clear()
+
+
+_CALLS = "nvtx_regions calls"  # the key of an autograd node's metadata: the calls that output it
+
+
+def _open_backward_ranges(calls: list[_BackwardCall], grad_outputs: Any) -> None:
+    for call in reversed(calls):
+        call.gradient_arrived()
 
 
 def tensors_in(value: Any) -> list[Any]:
