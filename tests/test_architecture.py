@@ -25,7 +25,8 @@ ALLOWED: dict[str, set[str]] = {
     "internals": {"core"},
     "language": {"core"},
     "attribution": {"core", "internals"},
-    "selection": {"core", "language", "attribution", "internals"},
+    # The engine every backend's view shares: nothing of thunder's (`attribution`) or anyone's internals.
+    "selection": {"core", "language"},
     "runtime": {"core", "internals", "selection"},
     "emission": {"core", "language", "attribution", "selection", "internals", "runtime"},
     "capture": {"core"},

@@ -18,7 +18,8 @@ import torch
 
 from support.models import Recorder, gpt_inputs, make_gpt
 from nvtx_regions import NvtxProfileTransform
-from nvtx_regions.attribution.module_calls import anchored_span, parameter_only
+from nvtx_regions.attribution.module_calls import parameter_only
+from nvtx_regions.core.bits import anchored_span
 from nvtx_regions.attribution.traceview import TraceView
 from nvtx_regions.testing import check_balanced, flatten, range_tree
 

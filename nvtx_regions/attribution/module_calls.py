@@ -34,7 +34,7 @@ Promises:
 - Module paths are those of the jitted model's ``named_modules()``; the root
   module's path is ``""``.
 
-Hoisted ops (`parameter_only`, `anchored_span`): thunder may move ops that
+Hoisted ops (`parameter_only`, `core.bits.anchored_span`): thunder may move ops that
 need only the model's weights away from the rest of their module's ops (under
 ThunderFX the causal mask's ``arange`` and the layer norms' weight reshapes go
 to the top of the forward; under FSDP the ops on the all-gathered weights
@@ -70,7 +70,7 @@ if TYPE_CHECKING:
     from .traceview import TraceView
 
 __all__ = [
-    "forward_chains", "backward_origins", "communication", "argument_copies", "parameter_only", "anchored_span",
+    "forward_chains", "backward_origins", "communication", "argument_copies", "parameter_only",
 ]
 
 
@@ -304,11 +304,3 @@ def parameter_only(view: TraceView, static: frozenset[str]) -> int:
             mask |= 1 << position
             known.update(op.writes)
     return mask
-
-
-def anchored_span(positions: int, parameter_only_ops: int) -> tuple[int, int]:
-    """The (first, last) positions of a module call's range: those of its ops
-    (`positions`, a bitset) that are not parameter-only, or of all of them if
-    every one is."""
-    anchored = positions & ~parameter_only_ops or positions
-    return (anchored & -anchored).bit_length() - 1, anchored.bit_length() - 1

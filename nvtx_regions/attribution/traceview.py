@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Literal, Sequence
+from typing import Any, Iterable, Sequence
 
 from ..core.bits import bit_positions
 from ..core.calls import common_chain
 from ..core.markers import MarkerLog, MarkerStack, common_markers
+from ..core.naming import Phase
 from .module_calls import backward_origins, forward_chains, parameter_only
 from ..internals.thunder import (
     cotangent_names,
@@ -25,7 +26,6 @@ from ..internals.thunder import (
     recorded_markers,
 )
 
-Phase = Literal["forward", "backward"]
 
 # Bound symbols that never get a range of their own (they may sit inside a
 # region). thunder's NON_COMPUTATION_PRIMS misses some of these.
@@ -68,6 +68,11 @@ class Op:
     writes: tuple[str, ...]  # names of the proxies it produces
     is_fusion: bool = False
     bsym: Any = field(default=None, compare=False, repr=False)  # the thunder bound symbol, if any
+
+    @property
+    def text(self) -> str:
+        """What `explain` lists for it: the bound symbol's line(s), or its name."""
+        return self.name if self.bsym is None else one_line(self.bsym)
 
 
 def is_compute(bsym: Any, non_computation_ids: frozenset) -> bool:
@@ -241,6 +246,13 @@ class TraceView:
 
     # -- the user's markers ------------------------------------------------
 
+    def markers_in_parts(self, position: int) -> frozenset[Any]:
+        """A fusion's: the markers recorded open around any of its parts (a forward fusion's)."""
+        op = self.ops[position]
+        if not op.is_fusion or op.bsym is None:
+            return frozenset()
+        return frozenset(m for part in op.bsym.subsymbols for m in (recorded_markers(part) or ()))
+
     @functools.cached_property
     def marker_stacks(self) -> list[MarkerStack]:
         """Per op: the user's NVTX markers open around it (`core.markers`), in push order; () for none.
@@ -338,6 +350,11 @@ class _LazyOp:
     def __init__(self, index: int, name: str, bsym: Any, is_fusion: bool) -> None:
         self.index, self.name, self.is_fusion, self.bsym = index, name, is_fusion, bsym
         self._reads = self._writes = None
+
+    @property
+    def text(self) -> str:
+        """What `explain` lists for it: the bound symbol's line(s)."""
+        return one_line(self.bsym)
 
     @property
     def reads(self) -> tuple[str, ...]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["bit_positions"]
+__all__ = ["bit_positions", "anchored_span"]
 
 
 def bit_positions(mask: int) -> list[int]:
@@ -13,3 +13,11 @@ def bit_positions(mask: int) -> list[int]:
         positions.append(low.bit_length() - 1)
         mask ^= low
     return positions
+
+
+def anchored_span(positions: int, parameter_only_ops: int) -> tuple[int, int]:
+    """The (first, last) positions of a module call's range: those of its ops
+    (`positions`, a bitset) that are not parameter-only, or of all of them if
+    every one is."""
+    anchored = positions & ~parameter_only_ops or positions
+    return (anchored & -anchored).bit_length() - 1, anchored.bit_length() - 1

@@ -9,12 +9,15 @@ reader (range art, reports) takes them from here.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 __all__ = [
-    "ANY_DOMAIN", "DEFAULT_DOMAIN", "BACKWARD_SUFFIX", "in_domain", "module_call_name", "range_message",
+    "ANY_DOMAIN", "DEFAULT_DOMAIN", "BACKWARD_SUFFIX", "Phase", "in_domain", "module_call_name", "range_message",
     "rule_category", "rule_color",
 ]  # fmt: skip
+
+# A pass of a training step, on every backend: a program (a trace, a graph, a module tree) is one's.
+Phase = Literal["forward", "backward"]
 
 # The NVTX domain of our ranges unless the user names another (None: NVTX's default domain).
 DEFAULT_DOMAIN = "nvtx_regions"
@@ -43,7 +46,7 @@ def module_call_name(path: str, cls: str) -> str:
     return path or cls
 
 
-def range_message(name: str, phase: str) -> str:
+def range_message(name: str, phase: Phase) -> str:
     """The message of a module call's range in `phase` ("forward" or "backward")."""
     return name + BACKWARD_SUFFIX if phase == "backward" else name
 

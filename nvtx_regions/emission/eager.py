@@ -55,7 +55,6 @@ are not recovered.
 
 from __future__ import annotations
 
-import functools
 import os
 import threading
 from dataclasses import dataclass, field
@@ -72,6 +71,7 @@ from ..selection.explanation import Explanation, explain_views
 from ..selection.plan import make_plan
 from ..selection.support import report_unsupported, restrict
 from ..selection.unselected import RuleTally
+from .backward_hooks import BackwardCall, tensors_in
 from .eager_view import module_views
 from ..runtime.clock import current_rank, current_step, watch_step_gates
 from ..runtime.domain import Domain, calls_of
@@ -98,7 +98,7 @@ class _Open:
     module: int  # id() of the module, for forward
     pushed: int  # NVTX ranges pushed (gated-off ones are not)
     task: int = -1  # autograd graph task, for backward
-    call: Any = None  # a forward's `_BackwardCall`, whose backward range its outputs' hooks open
+    call: Any = None  # a forward's `BackwardCall`, whose backward range its outputs' hooks open
 
 
 @dataclass
@@ -274,8 +274,25 @@ class EagerAnnotation:
                 pop()
         del stack[position:]
 
-    def _close(self, entry: _Open) -> None:
-        """Pop `entry` and what is still open inside it, if it is open on this thread's stack."""
+    # -- what a `BackwardCall` asks of its owner ---------------------------------
+
+    def graph_task(self) -> int:
+        return self._autograd.graph_task_id()
+
+    def open_backward(self, entries: list[tuple[int, Any]]) -> _Open:
+        stack = self._stack()
+        task = self._autograd.graph_task_id()
+        if task not in self._local.tasks:
+            self._local.tasks.add(task)
+            leave_open(self._recover)  # a backward that raises calls no hook of ours
+            # Closes what is still open when this backward succeeds (a call none of whose
+            # inputs needs a gradient, or whose inputs' gradients were not all computed).
+            self._autograd.queue_callback(lambda: self._end_task(task))
+        entry = _Open("backward", -1, self._push(entries), task)
+        stack.append(entry)
+        return entry
+
+    def close_backward(self, entry: _Open) -> None:
         stack = self._stack()
         for position in range(len(stack) - 1, -1, -1):
             if stack[position] is entry:
@@ -301,7 +318,7 @@ class EagerAnnotation:
                 # Hooked before the call runs: an in-place op in the module (ReLU(inplace=True))
                 # leaves the hook on the gradient of the input as it came in.
                 inputs = [t for t in tensors_in((args, kwargs)) if t.requires_grad]
-                call = _BackwardCall(self, backward, len(inputs))
+                call = BackwardCall(self, backward, len(inputs))
                 for tensor in inputs:
                     handle = tensor.register_hook(call.input_done)
                     if tensor.grad_fn is None:  # a leaf keeps its hooks: drop ours once it has fired
@@ -327,19 +344,6 @@ class EagerAnnotation:
 
         return forward_hook
 
-    def _open_backward(self, call: _BackwardCall) -> _Open:
-        stack = self._stack()
-        task = self._autograd.graph_task_id()
-        if task not in self._local.tasks:
-            self._local.tasks.add(task)
-            leave_open(self._recover)  # a backward that raises calls no hook of ours
-            # Closes what is still open when this backward succeeds (a module none of whose
-            # inputs needs a gradient, or whose inputs' gradients were not all computed).
-            self._autograd.queue_callback(lambda: self._end_task(task))
-        entry = _Open("backward", -1, self._push(call.entries), task)
-        stack.append(entry)
-        return entry
-
     def _end_task(self, task: int) -> None:
         stack = self._stack()
         self._local.tasks.discard(task)
@@ -347,76 +351,6 @@ class EagerAnnotation:
         while position and stack[position - 1].task == task:
             position -= 1
         self._pop(stack, position)
-
-
-class _BackwardCall:
-    """One module call's backward range: it opens when the gradient of the call's outputs
-    arrives (a pre-hook on their autograd nodes) and closes once the gradients of all its
-    inputs are computed (tensor hooks, which autograd runs before the pre-hooks of the same
-    node: the range of the call that consumed an output closes before the producer's opens)."""
-
-    __slots__ = ("owner", "entries", "inputs", "waiting", "open", "leaf_handles")
-
-    def __init__(self, owner: EagerAnnotation, entries: list[tuple[int, Any]], inputs: int) -> None:
-        self.owner, self.entries, self.inputs = owner, entries, inputs
-        self.waiting = inputs
-        self.open: _Open | None = None
-        self.leaf_handles: list[Any] = []
-
-    def outputs_ready(self, output: Any) -> None:
-        nodes = {id(t.grad_fn): t.grad_fn for t in tensors_in(output) if t.grad_fn is not None}
-        for node in nodes.values():
-            # Calls that share an output (a module and its last submodule) share one pre-hook,
-            # which opens the outer call's range first: the calls finish inner first.
-            calls = node.metadata.get(_CALLS)
-            if calls is None:
-                calls = node.metadata[_CALLS] = []
-                node.register_prehook(functools.partial(_open_backward_ranges, calls))
-            calls.append(self)
-        if not nodes:  # no backward through this call
-            self._drop_leaf_hooks()
-
-    def gradient_arrived(self) -> None:
-        if self.open is None or self.open.task != self.owner._autograd.graph_task_id():
-            self.open = self.owner._open_backward(self)
-            self.waiting = self.inputs
-
-    def input_done(self, grad: Any) -> None:
-        entry = self.open
-        if entry is None:
-            return
-        self.waiting -= 1
-        if self.waiting == 0:
-            self.open = None
-            self.owner._close(entry)
-            self._drop_leaf_hooks()
-
-    def _drop_leaf_hooks(self) -> None:
-        for handle in self.leaf_handles:
-            handle.remove()
-        self.leaf_handles.clear()
-
-
-_CALLS = "nvtx_regions calls"  # the key of an autograd node's metadata: the calls that output it
-
-
-def _open_backward_ranges(calls: list[_BackwardCall], grad_outputs: Any) -> None:
-    for call in reversed(calls):
-        call.gradient_arrived()
-
-
-def tensors_in(value: Any) -> list[Any]:
-    """The tensors of a hook's arguments or a module's output (nested in tuples, lists and dicts)."""
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (tuple, list)):
-        return [t for item in value for t in tensors_in(item)]
-    if isinstance(value, dict):
-        return [t for item in value.values() for t in tensors_in(item)]
-    values = getattr(value, "values", None)  # a ModelOutput of transformers
-    return [t for item in values() for t in tensors_in(item)] if callable(values) else []
 
 
 def annotate(

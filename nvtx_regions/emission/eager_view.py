@@ -44,11 +44,14 @@ class ModuleOp:
     reads: tuple[str, ...] = ()
     writes: tuple[str, ...] = ()
     is_fusion: bool = False
-    bsym: Any = None
 
     @property
     def path(self) -> str:
         return self.chain[-1].path
+
+    @property
+    def text(self) -> str:
+        return self.name
 
 
 @dataclass

@@ -72,8 +72,11 @@ class Kernel:
     reads: tuple[str, ...] = ()
     writes: tuple[str, ...] = ()
     is_fusion: bool = False
-    bsym: Any = None
     markers: MarkerStack = ()  # the user's markers it is inside (see the module doc)
+
+    @property
+    def text(self) -> str:
+        return self.name
 
 
 @dataclass

@@ -37,6 +37,7 @@ import weakref
 from typing import Any
 
 from ..core.naming import rule_category, rule_color
+from ..emission.backward_hooks import tensors_in
 from ..emission.eager_view import module_views
 from ..internals.autograd import autograd_internals
 from ..internals.dynamo import run_outside_dynamo
@@ -142,10 +143,10 @@ class OutsideCalls:
         """Hooks on this call's output and input tensors that open and close its backward ranges."""
         import torch
 
-        outputs = [t for t in _tensors(output) if t.requires_grad and t.grad_fn is not None]
+        outputs = [t for t in tensors_in(output) if t.requires_grad and t.grad_fn is not None]
         if not outputs:
             return
-        inputs = [t for t in _tensors(args) if t.requires_grad]
+        inputs = [t for t in tensors_in(args) if t.requires_grad]
         state = {"pushed": None, "waiting": len(inputs)}
         autograd = autograd_internals()
 
@@ -211,17 +212,3 @@ def _post_hook(module: Any, args: Any, output: Any) -> None:
         owner._pop(opened.pop()[1])
     if backward and torch.is_grad_enabled():
         owner._backward(path, backward, args, output)
-
-
-def _tensors(value: Any) -> list[Any]:
-    """The tensors of a hook's arguments or a module's output (nested in tuples, lists and dicts)."""
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (tuple, list)):
-        return [t for item in value for t in _tensors(item)]
-    if isinstance(value, dict):
-        return [t for item in value.values() for t in _tensors(item)]
-    values = getattr(value, "values", None)  # a ModelOutput of transformers
-    return [t for item in values() for t in _tensors(item)] if callable(values) else []

@@ -122,10 +122,10 @@ class CompiledRule:
 
     ranges_text: ClassVar[str]  # what the rule's ranges are, for reports
     per_op: ClassVar[bool] = False  # one range per selected op
-    # Whether thunder's scheduling, not the user's text, decides where each of its
+    # Whether the compiler's scheduling (thunder's, Inductor's), not the user's text, decides where each of its
     # ranges lies (one per module call or marker occurrence): such ranges that
     # cross another become start/end ranges (`plan`).
-    placed_by_thunder: ClassVar[bool] = False
+    placed_by_compiler: ClassVar[bool] = False
     # Whether the backend it was compiled for runs it (`support.UnsupportedRule`: no).
     applies: ClassVar[bool] = True
 
@@ -179,7 +179,7 @@ class EachRule(CompiledRule):
     each: EachSelector
 
     ranges_text: ClassVar[str] = "one range per module call"
-    placed_by_thunder: ClassVar[bool] = True
+    placed_by_compiler: ClassVar[bool] = True
 
     def plan(self, view: View) -> RuleRanges:
         calls = tuple(
@@ -199,7 +199,7 @@ class EachMarkerRule(CompiledRule):
     each: EachMarkerSelector
 
     ranges_text: ClassVar[str] = "one range per marker occurrence"
-    placed_by_thunder: ClassVar[bool] = True
+    placed_by_compiler: ClassVar[bool] = True
 
     def plan(self, view: View) -> RuleRanges:
         calls = tuple(

@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from ..attribution.traceview import one_line
 from ..core.bits import bit_positions
 from ..core.markers import RECORD_FUNCTION
 from .compile import CompiledRule, CompiledSpec
@@ -150,7 +149,7 @@ def _rule_in_trace(rule: CompiledRule, view: View, plan: Plan, unit: str) -> Rul
     ranges = plan.per_rule[rule.number]
     selected = tuple(bit_positions(ranges.selected))
     region = None if ranges.region is None else (ranges.region.first, ranges.region.last)
-    lines = tuple(one_line(view.ops[p].bsym) if view.ops[p].bsym is not None else view.ops[p].name for p in selected)
+    lines = tuple(view.ops[p].text for p in selected)
     saved_by: list[tuple[str, ...]] = []
     forward = view.forward
     for position in selected:

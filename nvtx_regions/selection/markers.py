@@ -105,12 +105,8 @@ class EachMarkerSelector:
 def crossing_fusions(view: View, marker: Marker) -> list[int]:
     """Positions of the fusions that hold ops recorded inside `marker` and ops outside it
     (so they are outside its range)."""
-    from ..internals.thunder import recorded_markers
-
-    found = []
-    for position, (op, stack) in enumerate(zip(view.ops, view.marker_stacks)):
-        if not op.is_fusion or marker in stack or op.bsym is None:
-            continue
-        if any(marker in (recorded_markers(part) or ()) for part in op.bsym.subsymbols):
-            found.append(position)
-    return found
+    return [
+        position
+        for position, (op, stack) in enumerate(zip(view.ops, view.marker_stacks))
+        if op.is_fusion and marker not in stack and marker in view.markers_in_parts(position)
+    ]

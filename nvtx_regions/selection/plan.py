@@ -132,8 +132,8 @@ def make_plan(spec: CompiledSpec, view: View, domain: Any = OWN_DOMAIN) -> Plan:
 
 
 def _start_end_where_calls_cross(regions: list[PlannedRange], spec: CompiledSpec, view: View) -> list[PlannedRange]:
-    """`regions` (sorted outer first), with the ranges that thunder placed
-    (`CompiledRule.placed_by_thunder`) and that cross another range made
+    """`regions` (sorted outer first), with the ranges that the compiler placed
+    (`CompiledRule.placed_by_compiler`) and that cross another range made
     start/end ranges (see the module doc).
 
     Raises `SelectorError` where two regions the user wrote cross.
@@ -147,16 +147,16 @@ def _start_end_where_calls_cross(regions: list[PlannedRange], spec: CompiledSpec
             if inner.end <= outer.end:
                 continue
             first, second = spec.rules[outer.rules[0]], spec.rules[inner.rules[0]]
-            if not (first.placed_by_thunder or second.placed_by_thunder):
+            if not (first.placed_by_compiler or second.placed_by_compiler):
                 raise SelectorError(
                     f"{first.describe()} and {second.describe()} overlap without nesting in the "
                     f"{view.phase} trace {view.name!r} (bound symbols {outer.start}..{outer.end} "
                     f"and {inner.start}..{inner.end}); NVTX ranges must nest, so make one region "
                     "contain the other or keep them apart"
                 )
-            if first.placed_by_thunder:
+            if first.placed_by_compiler:
                 crossed.setdefault(i, inner)
-            if second.placed_by_thunder:
+            if second.placed_by_compiler:
                 crossed.setdefault(j, outer)
     if not crossed:
         return regions

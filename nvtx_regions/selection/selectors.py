@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from ..attribution.module_calls import anchored_span
 from .view import Phase, View
+from ..core.bits import anchored_span
 from ..core.calls import ModuleCall, ancestors
 from ..core.errors import SelectorError
 from ..core.globs import name_matcher, path_matcher, source_matcher
@@ -133,7 +133,7 @@ class RegionSelector:
 @dataclass(frozen=True)
 class CallSpan:
     """One module call's ops in one trace: its range covers compute positions
-    `first`..`last`, which leave out its hoisted ops (`module_calls.anchored_span`)."""
+    `first`..`last`, which leave out its hoisted ops (`core.bits.anchored_span`)."""
 
     call: ModuleCall
     depth: int  # in the module tree: 0 is the root

@@ -16,20 +16,20 @@ import functools
 from types import MappingProxyType
 from typing import Any, Protocol, Sequence
 
-from ..attribution.traceview import Phase
+from ..core.naming import Phase
 
 __all__ = ["Phase", "ViewOp", "View", "ChainView"]
 
 
 class ViewOp(Protocol):
-    """One op (a bound symbol, a kernel call) of a program."""
+    """One op (a bound symbol, a kernel call, a module call) of a program."""
 
     index: int  # where its range lines go: the emitter's position for it
     name: str
     reads: tuple[str, ...]  # proxy names it consumes
     writes: tuple[str, ...]  # proxy names it produces
     is_fusion: bool
-    bsym: Any  # the thunder bound symbol; None elsewhere
+    text: str  # what `explain` lists for it: a bound symbol's line, a kernel's or module's name
 
 
 class View(Protocol):
@@ -78,6 +78,8 @@ class View(Protocol):
 
     def region_end(self, name: str) -> int | None: ...
 
+    def markers_in_parts(self, position: int) -> frozenset[Any]: ...  # a fusion's: markers open around any part
+
 
 class ChainView:
     """The `View` members of a program whose ops know only their module calls (an Inductor
@@ -119,3 +121,6 @@ class ChainView:
 
     def region_end(self, name: str) -> int | None:
         return None
+
+    def markers_in_parts(self, position: int) -> frozenset[Any]:
+        return frozenset()
