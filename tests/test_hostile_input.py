@@ -367,8 +367,8 @@ def test_explain_of_a_script_that_ends_with_os_exit_says_so(tmp_path):
     result = cli("explain", "examples/regions.nvtx", "--", sys.executable, str(child))
     assert result.returncode == 1
     (line,) = [l for l in result.stderr.splitlines() if l.startswith("nvtx-regions")]  # the rest is the script's warnings
-    assert line.startswith("nvtx-regions explain: process ") and "jitted double and then ended without running its exit handlers (os._exit)" in line
-    assert "jitted no function" not in result.stderr
+    assert line.startswith("nvtx-regions explain: process ") and "compiled or called double (thunder) and then ended without running its exit handlers (os._exit)" in line
+    assert "nothing to explain" not in result.stderr
 
 
 # ------------------------------------------------------------------ nsys: torchrun and labels
