@@ -43,6 +43,19 @@ class BackwardCall:
         self.task = -1
         self.leaf_handles: list[Any] = []
 
+    @classmethod
+    def before(cls, owner: BackwardOwner, entries: Any, arguments: Any) -> BackwardCall:
+        """A call about to run with `arguments` (from the forward pre-hook): hooks its input tensors
+        that need a gradient now, so that an in-place op in the call (ReLU(inplace=True)) leaves
+        the hook on the gradient of the input as it came in."""
+        inputs = [t for t in tensors_in(arguments) if t.requires_grad]
+        call = cls(owner, entries, len(inputs))
+        for tensor in inputs:
+            handle = tensor.register_hook(call.input_done)
+            if tensor.grad_fn is None:  # a leaf keeps its hooks: drop ours once it has fired
+                call.leaf_handles.append(handle)
+        return call
+
     def outputs_ready(self, output: Any) -> None:
         """Hook the autograd nodes of the call's `output` (from the forward hook)."""
         nodes = {id(t.grad_fn): t.grad_fn for t in tensors_in(output) if t.grad_fn is not None}

@@ -61,17 +61,15 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..internals.autograd import autograd_internals
-from ..core.globs import name_matcher, path_matcher
 from ..core.naming import DEFAULT_DOMAIN, module_call_name, range_message, rule_category, rule_color
 from ..core.profiling import DEFAULT_SELECT
 from ..language.parse import given_spec, spec_from_arguments
-from ..language.tree import EachClass, EachModule, conjuncts
 from ..selection.compile import CompiledRule, CompiledSpec, EachMarkerRule, compile_spec
 from ..selection.explanation import Explanation, explain_views
 from ..selection.plan import make_plan
 from ..selection.support import report_unsupported, restrict
 from ..selection.unselected import RuleTally
-from .backward_hooks import BackwardCall, tensors_in
+from .backward_hooks import BackwardCall
 from .eager_view import module_views
 from ..runtime.clock import current_rank, current_step, watch_step_gates
 from ..runtime.domain import Domain, calls_of
@@ -305,24 +303,13 @@ class EagerAnnotation:
         self._local.tasks.clear()
 
     def _pre_hook(self, target: _Target) -> Callable[..., None]:
-        forward, backward, key = target.forward, target.backward, id(target.module)
-        grad_enabled = self._grad_enabled
-
-        owner = target.module
+        forward, backward, owner = target.forward, target.backward, target.module
+        grad_enabled, key = self._grad_enabled, id(owner)
 
         def forward_pre_hook(module: Any, args: Any, kwargs: Any) -> None:
             if module is not owner:  # a deep copy's module, which has a copy of this hook
                 return
-            call = None
-            if backward and grad_enabled():
-                # Hooked before the call runs: an in-place op in the module (ReLU(inplace=True))
-                # leaves the hook on the gradient of the input as it came in.
-                inputs = [t for t in tensors_in((args, kwargs)) if t.requires_grad]
-                call = BackwardCall(self, backward, len(inputs))
-                for tensor in inputs:
-                    handle = tensor.register_hook(call.input_done)
-                    if tensor.grad_fn is None:  # a leaf keeps its hooks: drop ours once it has fired
-                        call.leaf_handles.append(handle)
+            call = BackwardCall.before(self, backward, (args, kwargs)) if backward and grad_enabled() else None
             self._stack().append(_Open("forward", key, self._push(forward) if forward else 0, call=call))
 
         return forward_pre_hook

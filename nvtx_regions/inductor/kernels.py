@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Sequence
 
 from ..core.calls import Chain, ModuleCall, common_chain
 from ..core.markers import Marker, MarkerStack

@@ -3,7 +3,7 @@ Inductor's graphs (`inductor.outside`) read."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from typing import Callable, NamedTuple
 
 __all__ = ["AutogradInternals", "autograd_internals"]
 
