@@ -1,6 +1,6 @@
 """Eager's module ranges against hand-written hooks making the same ranges, side by side in one run.
 
-    python benchmarks/eager_hooks.py [--repeats 15] [--json out.json]
+    python benchmarks/eager_hooks.py [--repeats 80] [--json out.json]
 
 A launch-bound CPU training step (forward and backward, tiny tensors, so the hooks' Python shows)
 of 6 GPT-2-style blocks, one range per block each way (12 a step), in the domain, message and
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import statistics
 import time
 import warnings
@@ -34,7 +35,7 @@ import torch
 import nvtx_regions
 
 warnings.simplefilter("ignore")
-BLOCKS, WIDTH, HEADS, TOKENS, STEPS = 6, 32, 2, 8, 30
+BLOCKS, WIDTH, HEADS, TOKENS, STEPS = 6, 32, 2, 8, 5
 
 
 class Block(torch.nn.Module):
@@ -100,17 +101,21 @@ def remove(handles: list) -> None:
         handle.remove()
 
 
-def step_time(model: Net, idx: torch.Tensor) -> float:
-    """Seconds per training step (forward, backward), over STEPS steps."""
-    start = time.perf_counter()
+def step_times(model: Net, idx: torch.Tensor) -> list[float]:
+    """Seconds of each of STEPS training steps (forward, backward), after one untimed step (the
+    first step after hooks go in pays for what they build once; a training run pays it once)."""
+    model(idx).sum().backward()
+    times = []
     for _ in range(STEPS):
+        start = time.perf_counter()
         model(idx).sum().backward()
-    return (time.perf_counter() - start) / STEPS
+        times.append(time.perf_counter() - start)
+    return times
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--repeats", type=int, default=80)
     parser.add_argument("--json", help="also write the medians and ratios here")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -125,14 +130,11 @@ def main() -> None:
         "ours, forward and backward": lambda: ours(model, backward=True),
     }
     times: dict[str, list[float]] = {name: [] for name in variants}
-    for name, install in variants.items():  # warm up each once
-        handles = install()
-        step_time(model, idx)
-        remove(handles)
-    for _ in range(args.repeats):  # interleaved, so drift hits every variant alike
-        for name, install in variants.items():
-            handles = install()
-            times[name].append(step_time(model, idx))
+    order = random.Random(0)
+    for _ in range(args.repeats):  # each round in a new order, so drift and order hit every variant alike
+        for name in order.sample(list(variants), len(variants)):
+            handles = variants[name]()
+            times[name] += step_times(model, idx)
             remove(handles)
     medians = {name: statistics.median(values) for name, values in times.items()}
     ratios = {
@@ -142,7 +144,7 @@ def main() -> None:
         "full hooks / hand-written, forward and backward": medians["full hooks, forward and backward"]
         / medians["hand-written, forward and backward"],
     }
-    print(f"torch {torch.__version__}, {BLOCKS} blocks, {STEPS} steps x {args.repeats} repeats, median step time:")
+    print(f"torch {torch.__version__}, {BLOCKS} blocks, {STEPS} steps x {args.repeats} rounds, median step time:")
     for name, value in medians.items():
         print(f"  {name:<38} {value * 1e6:9.1f} us  ({value / medians['plain']:.3f} x plain)")
     for name, value in ratios.items():

@@ -144,6 +144,61 @@ def test_a_module_and_its_last_submodule_share_an_output_and_nest_both_ways(nvtx
     ]
 
 
+@pytest.mark.parametrize(
+    "middle",
+    [torch.nn.Identity(), torch.nn.ReLU(inplace=True)],
+    ids=["returns-its-input", "in-place-on-its-input"],
+)
+def test_a_call_that_returns_or_changes_its_input_gets_its_own_backward_range(nvtx_capture, middle):
+    """A call whose output is its input (``nn.Identity``), or its input changed in place, has a
+    backward range of its own between its neighbours' (not one left open around the calls before
+    it): the nodes that computed its inputs were noted before it ran."""
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), middle, torch.nn.Linear(4, 4))
+    with annotate(model, "each module <*>"):
+        with nvtx_capture() as events:
+            model(torch.randn(2, 4, requires_grad=True)).sum().backward()
+    check_balanced(events)
+    assert [(depth, message) for depth, _, message in _ranges(events)] == [
+        (0, "0"),
+        (0, "1"),
+        (0, "2"),
+        (0, "2 (backward)"),
+        (0, "1 (backward)"),
+        (0, "0 (backward)"),
+    ]
+
+
+def test_a_graph_recorded_before_remove_gets_no_backward_range(nvtx_capture):
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
+    handle = annotate(model, "each module <*>")
+    loss = model(torch.randn(2, 4, requires_grad=True)).sum()
+    handle.remove()
+    with nvtx_capture() as events:
+        loss.backward()
+    assert [e for e in events if e.domain == "nvtx_regions"] == []
+
+
+def test_nothing_keeps_an_annotation_alive_after_its_steps_or_remove():
+    """A training loop without `nvtx_regions.steps` reaches no step boundary: what a backward
+    registers for recovery is dropped when the backward succeeds, and by `remove()`."""
+    import gc
+    import weakref
+
+    from nvtx_regions.runtime import ranges
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
+    for _ in range(2):
+        handle = annotate(model, "each module <*>")
+        for _ in range(3):
+            model(torch.randn(2, 4, requires_grad=True)).sum().backward()
+        assert ranges._left_open.__dict__.get("closers", {}) == {}
+    gone = weakref.ref(handle)
+    handle.remove()
+    del handle
+    gc.collect()
+    assert gone() is None
+
+
 class Fail(torch.autograd.Function):
     """Identity forward; backward raises."""
 

@@ -17,8 +17,8 @@ profile compares with a thunder or an Inductor one range by range
 Eager runs ``each module <...>`` and ``each class <...>`` rules, joined with
 ``and`` to ``forward`` / ``backward``, to ``module <...>`` / ``class <...>``
 (only modules at or below a matching path in ``model.named_modules()``) and
-to the run-time gates ``rank in <...>`` and ``steps a..b``. A step is one call
-of the root model's ``forward`` (from 0) and the backward that follows it. An
+to the run-time gates ``rank in <...>`` and ``steps a..b`` (read at each call of the
+root model's ``forward``, for it and the backward that follows it). An
 ``each marker <...>`` rule adds nothing: the model's own markers run in eager
 as written, which is what the thunder side re-emits. Rules that select ops of
 a trace are left out, with one `NvtxRegionsWarning` naming them
@@ -28,25 +28,24 @@ How the ranges are made, and the promises that follow:
 - forward: a forward pre-hook pushes, a forward hook registered with
   ``always_call=True`` pops, so a module that raises still pops its range;
 - backward, without torch's full backward hooks (they wrap every output in an
-  extra autograd node, and cost 9 to 14% of a launch-bound GPU step): the
-  pre-hook puts a hook on each input tensor that needs a gradient, the forward
-  hook a pre-hook on the autograd nodes of the outputs. The range opens when
-  the gradient of the call's outputs arrives and closes once the gradients of
-  all its inputs are computed (autograd runs a node's tensor hooks before its
-  pre-hooks, so the range of the call that consumed an output closes before
-  the range of the call that produced it opens). A call none of whose inputs
-  needs a gradient (an embedding of token ids, usually the root) keeps its
-  range open until the range around it closes or the backward ends;
+  extra autograd node, and cost 9 to 14% of a launch-bound GPU step), from
+  pre-hooks on autograd nodes (`emission.backward_hooks`): the range opens when
+  the node that computed the call's outputs is about to run and closes when
+  the nodes that computed its inputs are (their gradients are complete), so
+  the range of the call that consumed an output closes before the range of the
+  call that produced it opens. A call none of whose inputs needs a gradient
+  (an embedding of token ids, usually the root) keeps its range open until the
+  range around it closes or the backward ends;
 - a module called twice per step (shared weights) gets two ranges each way;
 - ranges nest, and the NVTX stack of each thread stays balanced: ranges a
-  failed backward left open on a thread are popped at the root's next
-  forward call on that thread, at the end of a `nvtx_regions.steps` step, or
+  failed backward (or an interrupted forward) left open on a thread are popped
+  at the root's next forward call on that thread, at the end of a `nvtx_regions.steps` step, or
   by `remove()`;
 - gates (``steps a..b``, ``rank in <...>``) read the one step clock
   (`runtime.clock`), as on every backend;
 - `remove()` removes every module hook, and restores each module's hook
-  dicts exactly; hooks already on tensors of a graph not yet run backward do
-  nothing more than close an empty range.
+  dicts exactly; hooks already on autograd nodes of a graph not yet run
+  backward do nothing more than open and close an empty range.
 
 Limits: on CUDA, autograd runs backward on its own threads: the backward
 ranges are pushed and popped there, and ranges a failed backward leaves there
@@ -55,6 +54,7 @@ are not recovered.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from dataclasses import dataclass, field
@@ -73,30 +73,34 @@ from .backward_hooks import BackwardCall
 from .eager_view import module_views
 from ..runtime.clock import current_rank, current_step, watch_step_gates
 from ..runtime.domain import Domain, calls_of
-from ..runtime.ranges import leave_open
+from ..runtime.ranges import forget_left_open, leave_open
 from ..runtime.sinks import NVTX_ONLY, chosen_sinks
 
-__all__ = ["annotate", "EagerAnnotation", "EagerRule", "HANDLE"]
+__all__ = ["annotate", "EagerAnnotation", "HANDLE"]
 
 HANDLE = "nvtx_regions_backend"  # the attribute of a model that holds its annotation (see `EagerAnnotation`)
 
 
-@dataclass(frozen=True)
-class EagerRule:
-    """One rule of the spec as the hooks gate it (`compiled.gate`); its index is its rule number."""
+# What one hook call pushed, on one thread's stack (a tuple: the hooks run on every module call):
+# (id() of the module, for forward, -1 for backward; NVTX ranges pushed, gated-off ones are not;
+#  autograd graph task, for backward, -1 for forward; a forward's `BackwardCall` or None; and, for
+#  backward, the stack itself, which its close pops).
+_Open = tuple
+_MODULE, _PUSHED, _TASK, _CALL = range(4)
+_NO_TASK = -2
 
-    compiled: CompiledRule
 
+class _Stack(list):
+    """One thread's `_Open` entries, innermost last; `task`: the backward whose end this thread
+    waits for (its first range registered the end's callback), `_NO_TASK` if none. A backward
+    nested in another (reentrant checkpointing) registers the callback again: `_end_task` is
+    harmless twice."""
 
-@dataclass
-class _Open:
-    """Ranges one hook call pushed, on one thread's stack."""
+    __slots__ = ("task",)
 
-    kind: str  # "forward" or "backward"
-    module: int  # id() of the module, for forward
-    pushed: int  # NVTX ranges pushed (gated-off ones are not)
-    task: int = -1  # autograd graph task, for backward
-    call: Any = None  # a forward's `BackwardCall`, whose backward range its outputs' hooks open
+    def __init__(self) -> None:
+        super().__init__()
+        self.task = _NO_TASK
 
 
 @dataclass
@@ -107,6 +111,12 @@ class _Target:
     path: str
     forward: list[tuple[int, Any]] = field(default_factory=list)
     backward: list[tuple[int, Any]] = field(default_factory=list)
+
+    @functools.cached_property
+    def plain_entry(self) -> _Open:
+        """The stack entry of a call with no backward range to prepare and no gate: one object,
+        made once (the hooks run on every call)."""
+        return (id(self.module), len(self.forward), -1, None)
 
 
 class EagerAnnotation:
@@ -123,13 +133,12 @@ class EagerAnnotation:
     ) -> None:
         self.model = model
         self.compiled = restrict(compiled, "eager")
-        self.rules = [EagerRule(rule) for rule in self.compiled.rules]
         self.domain_name = domain
         self.domain = Domain(domain, sinks)
         self._calls = calls_of(self.domain)
         watch_step_gates(self.compiled.rules)
         self._gated = any(rule.gate is not None for rule in self.compiled.rules)
-        self._open_rules = [self._is_open(r, 0) for r in self.rules]
+        self._open_rules = [self._is_open(r, 0) for r in self.compiled.rules]
         self._local = threading.local()
         self._handles: list[Any] = []
         self._targets: list[_Target] = []
@@ -182,6 +191,7 @@ class EagerAnnotation:
         if vars(self.model).get(HANDLE) is self:
             delattr(self.model, HANDLE)
         self._recover()
+        forget_left_open(self._recover)
 
     def __deepcopy__(self, memo: Any) -> EagerAnnotation:
         # A deep copy of the model (an EMA copy, say) copies its hook dicts, whose hooks are bound
@@ -201,6 +211,8 @@ class EagerAnnotation:
         import torch
 
         self._autograd = autograd_internals()
+        self.graph_task = self._autograd.graph_task_id  # what a `BackwardCall` asks
+        self.open_backward, self.close_backward = self._backward_calls()
         self._grad_enabled = torch.is_grad_enabled
         self.views = module_views(self.model)
         self._plans = [make_plan(self.compiled, view, self.domain_name) for view in self.views]
@@ -220,8 +232,10 @@ class EagerAnnotation:
         self._handles.append(self.model.register_forward_pre_hook(self._root_pre_hook, prepend=True))
         for target in self._targets:
             module = target.module
-            self._handles.append(module.register_forward_pre_hook(self._pre_hook(target), with_kwargs=True))
-            self._handles.append(module.register_forward_hook(self._post_hook(target), with_kwargs=True, always_call=True))
+            # Only a backward range needs the keyword arguments (tensors in them are inputs too).
+            pre_hook = self._pre_hook(target)
+            self._handles.append(module.register_forward_pre_hook(pre_hook, with_kwargs=bool(target.backward)))
+            self._handles.append(module.register_forward_hook(self._post_hook(target), always_call=True))
 
     def _report_unselected(self, strict: bool) -> None:
         """Warn (with `strict`, raise `SelectorError`) for each rule that selected no module call, as
@@ -232,30 +246,32 @@ class EagerAnnotation:
         tally.report(strict=strict, where=f"the module calls of this {type(self.model).__name__}", skip=(EachMarkerRule,), stacklevel=4)
 
     # -- hooks -----------------------------------------------------------------
+    # They run on every module call of a training step, so they stay flat: no call they can
+    # spare (measured in benchmarks/eager_hooks.py against hand-written hooks).
 
-    def _stack(self) -> list[_Open]:
-        stack = self._local.__dict__.get("stack")
-        if stack is None:
-            stack = self._local.stack = []
-            self._local.tasks = set()
-        return stack
+    def _stack(self) -> _Stack:
+        try:
+            return self._local.stack
+        except AttributeError:
+            stack = self._local.stack = _Stack()
+            return stack
 
-    def _is_open(self, rule: EagerRule, step: int) -> bool:
-        gate = rule.compiled.gate
-        return gate is None or gate.is_open(current_rank(), step)
+    def _is_open(self, rule: CompiledRule, step: int) -> bool:
+        return rule.gate is None or rule.gate.is_open(current_rank(), step)
 
     def _root_pre_hook(self, module: Any, args: Any) -> None:
         if module is not self.model:  # a deep copy's
             return
-        if self._autograd.graph_task_id() == -1:
-            # Outside any backward nothing of ours is open on this thread,
-            # unless a backward raised with ranges open.
+        # Outside any backward nothing of ours is open on this thread, unless a backward raised
+        # with ranges open (autograd calls no hook of ours then), or a forward was interrupted.
+        if self._stack() and self._autograd.graph_task_id() == -1:
             self._recover()
         if self._gated:
             step = current_step()
-            self._open_rules = [self._is_open(r, step) for r in self.rules]
+            self._open_rules = [self._is_open(r, step) for r in self.compiled.rules]
 
     def _push(self, entries: list[tuple[int, Any]]) -> int:
+        """Push the ranges of `entries` whose gates are open this step; how many."""
         push, domain = self._calls.push, self._calls.domain_argument
         pushed = 0
         for index, attributes in entries:
@@ -268,74 +284,129 @@ class EagerAnnotation:
         """Pop the NVTX ranges of `stack[position:]`, innermost first, and drop those entries."""
         pop = self._calls.pop
         for entry in reversed(stack[position:]):
-            for _ in range(entry.pushed):
+            for _ in range(entry[_PUSHED]):
                 pop()
         del stack[position:]
 
-    # -- what a `BackwardCall` asks of its owner ---------------------------------
+    # -- what a `BackwardCall` asks of its owner: graph_task, open_backward, close_backward ------
 
-    def graph_task(self) -> int:
-        return self._autograd.graph_task_id()
+    def _backward_calls(self) -> tuple[Callable[[Any, int], _Open], Callable[[_Open], None]]:
+        local, stack_of, push, domain, pop = self._local, self._stack, self._calls.push, self._calls.domain_argument, self._calls.pop
 
-    def open_backward(self, entries: list[tuple[int, Any]]) -> _Open:
-        stack = self._stack()
-        task = self._autograd.graph_task_id()
-        if task not in self._local.tasks:
-            self._local.tasks.add(task)
-            leave_open(self._recover)  # a backward that raises calls no hook of ours
-            # Closes what is still open when this backward succeeds (a call none of whose
-            # inputs needs a gradient, or whose inputs' gradients were not all computed).
-            self._autograd.queue_callback(lambda: self._end_task(task))
-        entry = _Open("backward", -1, self._push(entries), task)
-        stack.append(entry)
-        return entry
+        def open_backward(attributes: list[Any], task: int) -> _Open | None:
+            if self._removed:  # a graph recorded before `remove()`: no range
+                return None
+            try:
+                stack = local.stack
+            except AttributeError:  # autograd's own thread (CUDA)
+                stack = stack_of()
+            if stack.task != task:  # the first range of this backward on this thread
+                stack.task = task
+                leave_open(self._recover)  # a backward that raises calls no hook of ours
+                # Closes what is still open when this backward succeeds (a call none of whose
+                # inputs needs a gradient, or whose inputs' gradients were not all computed).
+                self._autograd.queue_callback(lambda: self._end_task(task))
+            for each in attributes:
+                push(each, domain)
+            entry = (-1, len(attributes), task, None, stack)  # closed from the stack it is on
+            stack.append(entry)
+            return entry
 
-    def close_backward(self, entry: _Open) -> None:
-        stack = self._stack()
-        for position in range(len(stack) - 1, -1, -1):
-            if stack[position] is entry:
-                self._pop(stack, position)
+        def close_backward(entry: _Open) -> None:
+            stack = entry[4]
+            if stack and stack[-1] is entry:  # nothing left open inside: the usual case
+                stack.pop()
+                for _ in range(entry[_PUSHED]):
+                    pop()
                 return
+            for position in range(len(stack) - 1, -1, -1):
+                if stack[position] is entry:
+                    self._pop(stack, position)
+                    return
+
+        return open_backward, close_backward
 
     def _recover(self) -> None:
         stack = self._stack()
         self._pop(stack, 0)
-        self._local.tasks.clear()
+        stack.task = _NO_TASK
 
     def _pre_hook(self, target: _Target) -> Callable[..., None]:
-        forward, backward, owner = target.forward, target.backward, target.module
-        grad_enabled, key = self._grad_enabled, id(owner)
+        forward, backward, owner, key = target.forward, target.backward, target.module, id(target.module)
+        grad_enabled, before, stack_of, local = self._grad_enabled, BackwardCall.before, self._stack, self._local
+        push, domain, gated = self._calls.push, self._calls.domain_argument, self._gated
+        attributes = [attributes for _, attributes in forward]
+        backward_attributes = [attributes for _, attributes in backward]
+        plain = target.plain_entry
 
-        def forward_pre_hook(module: Any, args: Any, kwargs: Any) -> None:
+        def forward_pre_hook(module: Any, args: Any, kwargs: Any = None) -> None:
             if module is not owner:  # a deep copy's module, which has a copy of this hook
                 return
-            call = BackwardCall.before(self, backward, (args, kwargs)) if backward and grad_enabled() else None
-            self._stack().append(_Open("forward", key, self._push(forward) if forward else 0, call=call))
+            try:
+                stack = local.stack
+            except AttributeError:
+                stack = stack_of()
+            if gated:
+                self._gated_pre_hook(stack, key, forward, backward, args, kwargs)
+                return
+            for each in attributes:
+                push(each, domain)
+            if backward and grad_enabled():
+                stack.append((key, len(attributes), -1, before(self, backward_attributes, args, kwargs)))
+            else:
+                stack.append(plain)
 
         return forward_pre_hook
 
-    def _post_hook(self, target: _Target) -> Callable[..., None]:
-        key = id(target.module)
+    def _gated_pre_hook(self, stack: _Stack, key: int, forward: list[tuple[int, Any]], backward: list[tuple[int, Any]], args: Any, kwargs: Any) -> None:
+        """A pre-hook's work where the spec has gates (read at the root's pre-hook, for the
+        step's forward and the backward that follows it)."""
+        open_rules, call = self._open_rules, None
+        if backward and self._grad_enabled():
+            call = BackwardCall.before(self, [a for index, a in backward if open_rules[index]], args, kwargs)
+        stack.append((key, self._push(forward), -1, call))
 
-        def forward_hook(module: Any, args: Any, kwargs: Any, output: Any) -> None:
-            if id(module) != key:  # a deep copy's module
+    def _post_hook(self, target: _Target) -> Callable[..., None]:
+        owner, key, stack_of, local, pop = target.module, id(target.module), self._stack, self._local, self._calls.pop
+        plain, pops = target.plain_entry, range(len(target.forward))
+
+        def forward_hook(module: Any, args: Any, output: Any) -> None:
+            if module is not owner:  # a deep copy's module
                 return
-            stack = self._stack()
-            for position in range(len(stack) - 1, -1, -1):
-                entry = stack[position]
-                if entry.kind == "forward" and entry.module == key:
-                    self._pop(stack, position)
-                    if entry.call is not None:
-                        entry.call.outputs_ready(output)
+            try:
+                stack = local.stack
+            except AttributeError:
+                stack = stack_of()
+            entry = stack[-1] if stack else None
+            if entry is plain:  # no backward range to prepare, no gate, nothing left open inside
+                stack.pop()
+                for _ in pops:
+                    pop()
+                return
+            if entry is not None and entry[_MODULE] == key:  # nothing left open inside
+                stack.pop()
+                for _ in range(entry[_PUSHED]):
+                    pop()
+            else:
+                for position in range(len(stack) - 1, -1, -1):
+                    if stack[position][_MODULE] == key:
+                        entry = stack[position]
+                        self._pop(stack, position)
+                        break
+                else:
                     return
+            if entry[_CALL] is not None:
+                entry[_CALL].outputs_ready(output)
 
         return forward_hook
 
     def _end_task(self, task: int) -> None:
         stack = self._stack()
-        self._local.tasks.discard(task)
+        if stack.task == task:
+            stack.task = _NO_TASK
+            forget_left_open(self._recover)  # this backward succeeded
         position = len(stack)
-        while position and stack[position - 1].task == task:
+        while position and stack[position - 1][_TASK] == task:
             position -= 1
         self._pop(stack, position)
 

@@ -43,7 +43,7 @@ from ..internals.autograd import autograd_internals
 from ..internals.dynamo import run_outside_dynamo
 from ..runtime.clock import current_rank, current_step
 from ..runtime.domain import Domain, calls_of
-from ..runtime.ranges import leave_open
+from ..runtime.ranges import forget_left_open, leave_open
 from ..runtime.sinks import NVTX_ONLY
 from ..selection.compile import CompiledSpec, EachRule
 from ..selection.plan import make_plan
@@ -154,6 +154,7 @@ class OutsideCalls:
             if state["pushed"]:
                 self._pop(state["pushed"])
             state["pushed"] = 0
+            forget_left_open(close)
 
         def gradient_arrived(grad: Any) -> None:
             if state["pushed"] is None:

@@ -42,7 +42,7 @@ from ..selection.compile import Gate
 from .clock import current_rank, current_step
 from .domain import SKIPPED, Domain, NvtxCalls, calls_of
 
-__all__ = ["Group", "Line", "GeneratedRanges", "leave_open", "close_left_open", "set_instance"]
+__all__ = ["Group", "Line", "GeneratedRanges", "leave_open", "forget_left_open", "close_left_open", "set_instance"]
 
 
 @dataclass(frozen=True)
@@ -279,6 +279,15 @@ def leave_open(close: Callable[[], None]) -> None:
     nothing is open."""
     found = _left_open.__dict__.setdefault("closers", {})
     found[id(getattr(close, "__self__", close))] = close
+
+
+def forget_left_open(close: Callable[[], None]) -> None:
+    """Unregister, on this thread, what `leave_open` registered for `close` (what it closes is
+    closed: the call ended), so that nothing keeps it alive until a step boundary that a loop
+    without `nvtx_regions.steps` never reaches."""
+    found = _left_open.__dict__.get("closers")
+    if found:
+        found.pop(id(getattr(close, "__self__", close)), None)
 
 
 def close_left_open() -> None:
