@@ -63,6 +63,7 @@ CORPUS = [
     "unrolled",  # blocks called one after the other: Dynamo resumes the model's frame
     "between",  # the break in the model's forward, between two blocks
     "shared",  # one block called twice (shared weights)
+    "inplace",  # each block changes its input in place first
 ]
 
 

@@ -22,11 +22,11 @@ from typing import Any, Protocol
 
 from ..internals.autograd import autograd_internals
 
-__all__ = ["BackwardCall", "BackwardOwner", "tensors_in"]
+__all__ = ["BACKWARD_HOOK_FUNCTIONS", "BackwardCall", "BackwardOwner", "tensors_in"]
 
 
 class BackwardOwner(Protocol):
-    """What a `BackwardCall` asks of the hooks that made it (`emission.eager.EagerAnnotation`)."""
+    """What a `BackwardCall` asks of the hooks that made it (`runtime.hook_ranges.HookRanges`)."""
 
     def open_backward(self, attributes: list[Any], task: int) -> Any: ...  # push these ranges; what to hand `close_backward`
 
@@ -132,6 +132,10 @@ class _Events(list):
                     call.owner.close_backward(opened)
                     if call.leaf_handles:
                         call._drop_leaf_hooks()
+
+
+# The functions autograd calls: their owners' hooks run outside Dynamo (`inductor.outside`).
+BACKWARD_HOOK_FUNCTIONS = (_Events.__call__, BackwardCall._leaf_done)
 
 
 def _new_events(node: Any) -> _Events:

@@ -56,11 +56,9 @@ from __future__ import annotations
 
 import functools
 import os
-import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..internals.autograd import autograd_internals
 from ..core.naming import DEFAULT_DOMAIN, module_call_name, range_message, rule_category, rule_color
 from ..core.profiling import DEFAULT_SELECT
 from ..language.parse import given_spec, spec_from_arguments
@@ -73,34 +71,12 @@ from .backward_hooks import BackwardCall
 from .eager_view import module_views
 from ..runtime.clock import current_rank, current_step, watch_step_gates
 from ..runtime.domain import Domain, calls_of
-from ..runtime.ranges import forget_left_open, leave_open
+from ..runtime.hook_ranges import CALL, MODULE, PUSHED, HookRanges
 from ..runtime.sinks import NVTX_ONLY, chosen_sinks
 
 __all__ = ["annotate", "EagerAnnotation", "HANDLE"]
 
 HANDLE = "nvtx_regions_backend"  # the attribute of a model that holds its annotation (see `EagerAnnotation`)
-
-
-# What one hook call pushed, on one thread's stack (a tuple: the hooks run on every module call):
-# (id() of the module, for forward, -1 for backward; NVTX ranges pushed, gated-off ones are not;
-#  autograd graph task, for backward, -1 for forward; a forward's `BackwardCall` or None; and, for
-#  backward, the stack itself, which its close pops).
-_Open = tuple
-_MODULE, _PUSHED, _TASK, _CALL = range(4)
-_NO_TASK = -2
-
-
-class _Stack(list):
-    """One thread's `_Open` entries, innermost last; `task`: the backward whose end this thread
-    waits for (its first range registered the end's callback), `_NO_TASK` if none. A backward
-    nested in another (reentrant checkpointing) registers the callback again: `_end_task` is
-    harmless twice."""
-
-    __slots__ = ("task",)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.task = _NO_TASK
 
 
 @dataclass
@@ -113,7 +89,7 @@ class _Target:
     backward: list[tuple[int, Any]] = field(default_factory=list)
 
     @functools.cached_property
-    def plain_entry(self) -> _Open:
+    def plain_entry(self) -> tuple:
         """The stack entry of a call with no backward range to prepare and no gate: one object,
         made once (the hooks run on every call)."""
         return (id(self.module), len(self.forward), -1, None)
@@ -139,10 +115,9 @@ class EagerAnnotation:
         watch_step_gates(self.compiled.rules)
         self._gated = any(rule.gate is not None for rule in self.compiled.rules)
         self._open_rules = [self._is_open(r, 0) for r in self.compiled.rules]
-        self._local = threading.local()
+        self._ranges = HookRanges(self._calls)
         self._handles: list[Any] = []
         self._targets: list[_Target] = []
-        self._removed = False
         report_unsupported(self.compiled, strict=strict, stacklevel=3)
         previous = vars(model).get(HANDLE)
         if isinstance(previous, EagerAnnotation) and previous.model is model:  # not a copy's
@@ -182,16 +157,14 @@ class EagerAnnotation:
 
     def remove(self) -> None:
         """Remove every hook and restore each module's hook state; pop ranges left open on this thread."""
-        if self._removed:
+        if self._ranges.removed:
             return
-        self._removed = True
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
         if vars(self.model).get(HANDLE) is self:
             delattr(self.model, HANDLE)
-        self._recover()
-        forget_left_open(self._recover)
+        self._ranges.remove()
 
     def __deepcopy__(self, memo: Any) -> EagerAnnotation:
         # A deep copy of the model (an EMA copy, say) copies its hook dicts, whose hooks are bound
@@ -210,9 +183,6 @@ class EagerAnnotation:
     def _install(self) -> None:
         import torch
 
-        self._autograd = autograd_internals()
-        self.graph_task = self._autograd.graph_task_id  # what a `BackwardCall` asks
-        self.open_backward, self.close_backward = self._backward_calls()
         self._grad_enabled = torch.is_grad_enabled
         self.views = module_views(self.model)
         self._plans = [make_plan(self.compiled, view, self.domain_name) for view in self.views]
@@ -249,13 +219,6 @@ class EagerAnnotation:
     # They run on every module call of a training step, so they stay flat: no call they can
     # spare (measured in benchmarks/eager_hooks.py against hand-written hooks).
 
-    def _stack(self) -> _Stack:
-        try:
-            return self._local.stack
-        except AttributeError:
-            stack = self._local.stack = _Stack()
-            return stack
-
     def _is_open(self, rule: CompiledRule, step: int) -> bool:
         return rule.gate is None or rule.gate.is_open(current_rank(), step)
 
@@ -264,8 +227,8 @@ class EagerAnnotation:
             return
         # Outside any backward nothing of ours is open on this thread, unless a backward raised
         # with ranges open (autograd calls no hook of ours then), or a forward was interrupted.
-        if self._stack() and self._autograd.graph_task_id() == -1:
-            self._recover()
+        if self._ranges.stack() and self._ranges.autograd.graph_task_id() == -1:
+            self._ranges.recover()
         if self._gated:
             step = current_step()
             self._open_rules = [self._is_open(r, step) for r in self.compiled.rules]
@@ -280,61 +243,10 @@ class EagerAnnotation:
                 pushed += 1
         return pushed
 
-    def _pop(self, stack: list[_Open], position: int) -> None:
-        """Pop the NVTX ranges of `stack[position:]`, innermost first, and drop those entries."""
-        pop = self._calls.pop
-        for entry in reversed(stack[position:]):
-            for _ in range(entry[_PUSHED]):
-                pop()
-        del stack[position:]
-
-    # -- what a `BackwardCall` asks of its owner: graph_task, open_backward, close_backward ------
-
-    def _backward_calls(self) -> tuple[Callable[[Any, int], _Open], Callable[[_Open], None]]:
-        local, stack_of, push, domain, pop = self._local, self._stack, self._calls.push, self._calls.domain_argument, self._calls.pop
-
-        def open_backward(attributes: list[Any], task: int) -> _Open | None:
-            if self._removed:  # a graph recorded before `remove()`: no range
-                return None
-            try:
-                stack = local.stack
-            except AttributeError:  # autograd's own thread (CUDA)
-                stack = stack_of()
-            if stack.task != task:  # the first range of this backward on this thread
-                stack.task = task
-                leave_open(self._recover)  # a backward that raises calls no hook of ours
-                # Closes what is still open when this backward succeeds (a call none of whose
-                # inputs needs a gradient, or whose inputs' gradients were not all computed).
-                self._autograd.queue_callback(lambda: self._end_task(task))
-            for each in attributes:
-                push(each, domain)
-            entry = (-1, len(attributes), task, None, stack)  # closed from the stack it is on
-            stack.append(entry)
-            return entry
-
-        def close_backward(entry: _Open) -> None:
-            stack = entry[4]
-            if stack and stack[-1] is entry:  # nothing left open inside: the usual case
-                stack.pop()
-                for _ in range(entry[_PUSHED]):
-                    pop()
-                return
-            for position in range(len(stack) - 1, -1, -1):
-                if stack[position] is entry:
-                    self._pop(stack, position)
-                    return
-
-        return open_backward, close_backward
-
-    def _recover(self) -> None:
-        stack = self._stack()
-        self._pop(stack, 0)
-        stack.task = _NO_TASK
-
     def _pre_hook(self, target: _Target) -> Callable[..., None]:
         forward, backward, owner, key = target.forward, target.backward, target.module, id(target.module)
-        grad_enabled, before, stack_of, local = self._grad_enabled, BackwardCall.before, self._stack, self._local
-        push, domain, gated = self._calls.push, self._calls.domain_argument, self._gated
+        ranges, grad_enabled, before = self._ranges, self._grad_enabled, BackwardCall.before
+        local, stack_of, push, domain, gated = ranges.local, ranges.stack, ranges.push, ranges.domain_argument, self._gated
         attributes = [attributes for _, attributes in forward]
         backward_attributes = [attributes for _, attributes in backward]
         plain = target.plain_entry
@@ -352,22 +264,23 @@ class EagerAnnotation:
             for each in attributes:
                 push(each, domain)
             if backward and grad_enabled():
-                stack.append((key, len(attributes), -1, before(self, backward_attributes, args, kwargs)))
+                stack.append((key, len(attributes), -1, before(ranges, backward_attributes, args, kwargs)))
             else:
                 stack.append(plain)
 
         return forward_pre_hook
 
-    def _gated_pre_hook(self, stack: _Stack, key: int, forward: list[tuple[int, Any]], backward: list[tuple[int, Any]], args: Any, kwargs: Any) -> None:
+    def _gated_pre_hook(self, stack: list, key: int, forward: list, backward: list, args: Any, kwargs: Any) -> None:
         """A pre-hook's work where the spec has gates (read at the root's pre-hook, for the
         step's forward and the backward that follows it)."""
         open_rules, call = self._open_rules, None
         if backward and self._grad_enabled():
-            call = BackwardCall.before(self, [a for index, a in backward if open_rules[index]], args, kwargs)
+            call = BackwardCall.before(self._ranges, [a for index, a in backward if open_rules[index]], args, kwargs)
         stack.append((key, self._push(forward), -1, call))
 
     def _post_hook(self, target: _Target) -> Callable[..., None]:
-        owner, key, stack_of, local, pop = target.module, id(target.module), self._stack, self._local, self._calls.pop
+        owner, key, ranges = target.module, id(target.module), self._ranges
+        local, stack_of, pop = ranges.local, ranges.stack, ranges.pop
         plain, pops = target.plain_entry, range(len(target.forward))
 
         def forward_hook(module: Any, args: Any, output: Any) -> None:
@@ -383,32 +296,18 @@ class EagerAnnotation:
                 for _ in pops:
                     pop()
                 return
-            if entry is not None and entry[_MODULE] == key:  # nothing left open inside
+            if entry is not None and entry[MODULE] == key:  # nothing left open inside
                 stack.pop()
-                for _ in range(entry[_PUSHED]):
+                for _ in range(entry[PUSHED]):
                     pop()
             else:
-                for position in range(len(stack) - 1, -1, -1):
-                    if stack[position][_MODULE] == key:
-                        entry = stack[position]
-                        self._pop(stack, position)
-                        break
-                else:
+                entry = ranges.close_forward(stack, key)
+                if entry is None:
                     return
-            if entry[_CALL] is not None:
-                entry[_CALL].outputs_ready(output)
+            if entry[CALL] is not None:
+                entry[CALL].outputs_ready(output)
 
         return forward_hook
-
-    def _end_task(self, task: int) -> None:
-        stack = self._stack()
-        if stack.task == task:
-            stack.task = _NO_TASK
-            forget_left_open(self._recover)  # this backward succeeded
-        position = len(stack)
-        while position and stack[position - 1][_TASK] == task:
-            position -= 1
-        self._pop(stack, position)
 
 
 def annotate(

@@ -19,9 +19,10 @@ Promises:
   Dynamo never compiles the hooks themselves
   (`internals.dynamo.run_outside_dynamo`).
 - A call's forward range opens before its code runs and closes after it
-  returns or raises; its backward range opens when the gradient of its first
-  output arrives and closes once the gradients of its inputs are computed (at
-  the end of the backward when no input needs one). The ranges inside it
+  returns or raises; its backward range opens when the gradient of its
+  outputs arrives and closes once the gradients of its inputs are computed (at
+  the end of the backward when no input needs one), as eager's do
+  (`emission.backward_hooks`, `runtime.hook_ranges`). The ranges inside it
   (its graphs' kernels, its submodules' calls) nest inside.
 - The messages, colours, categories, gates and domain are those the spec gives
   the same module under eager and in a wrapper: the module's path, and its
@@ -32,18 +33,16 @@ Promises:
 
 from __future__ import annotations
 
-import threading
 import weakref
 from typing import Any
 
 from ..core.naming import rule_category, rule_color
-from ..emission.backward_hooks import tensors_in
+from ..emission.backward_hooks import BACKWARD_HOOK_FUNCTIONS, BackwardCall
 from ..emission.eager_view import module_views
-from ..internals.autograd import autograd_internals
 from ..internals.dynamo import run_outside_dynamo
 from ..runtime.clock import current_rank, current_step
 from ..runtime.domain import Domain, calls_of
-from ..runtime.ranges import forget_left_open, leave_open
+from ..runtime.hook_ranges import CALL, MODULE, PUSHED, HookRanges
 from ..runtime.sinks import NVTX_ONLY
 from ..selection.compile import CompiledSpec, EachRule
 from ..selection.plan import make_plan
@@ -58,8 +57,7 @@ class OutsideCalls:
 
     def __init__(self, compiled: CompiledSpec, model: Any, domain: str | None, sinks: tuple[str, ...] = NVTX_ONLY) -> None:
         self.domain = Domain(domain, sinks)
-        self._calls = calls_of(self.domain)
-        self._local = threading.local()
+        self._ranges = HookRanges(calls_of(self.domain))
         self._handles: list[Any] = []
         self._ids: list[int] = []
         self.ran: dict[str, set[int]] = {}  # module path -> the rules that gave one of its calls here a range
@@ -90,8 +88,8 @@ class OutsideCalls:
                 continue
             module = target[0]
             self.hooked.add(path)
-            run_outside_dynamo(_pre_hook)
-            run_outside_dynamo(_post_hook)
+            for function in (_pre_hook, _post_hook, *BACKWARD_HOOK_FUNCTIONS):
+                run_outside_dynamo(function)
             # Plain functions, the same for every module, that find the module's ranges by its id.
             _targets[id(module)] = (self, *target[1:])
             self._handles.append(module.register_forward_pre_hook(_pre_hook))
@@ -108,22 +106,16 @@ class OutsideCalls:
                 del _targets[key]
         self._ids.clear()
         self.hooked.clear()
+        self._ranges.remove()
 
-    # -- hooks -----------------------------------------------------------------
-
-    def _stack(self) -> list[tuple[int, int]]:
-        stack = self._local.__dict__.get("stack")
-        if stack is None:
-            stack = self._local.stack = []
-        return stack
-
-    def _push(self, path: str, entries: list[tuple[int, Any, Any]]) -> int:
-        push, argument = self._calls.push, self._calls.domain_argument
-        step = rank = None
-        pushed = 0
+    def _open(self, path: str, entries: list[tuple[int, Any, Any]]) -> list[Any]:
+        """The attributes of `entries` whose gates are open now; notes their rules as having given
+        `path` a range."""
         rules = self.ran.get(path)
         if rules is None:
             rules = self.ran[path] = set()
+        opened = []
+        step = rank = None
         for rule, gate, attributes in entries:
             rules.add(rule)
             if gate is not None:
@@ -131,51 +123,8 @@ class OutsideCalls:
                     step, rank = current_step(), current_rank()
                 if not any(g.is_open(rank, step) for g in gate):
                     continue
-            push(attributes, argument)
-            pushed += 1
-        return pushed
-
-    def _pop(self, count: int) -> None:
-        for _ in range(count):
-            self._calls.pop()
-
-    def _backward(self, path: str, backward: list[tuple[int, Any, Any]], args: Any, output: Any) -> None:
-        """Hooks on this call's output and input tensors that open and close its backward ranges."""
-        import torch
-
-        outputs = [t for t in tensors_in(output) if t.requires_grad and t.grad_fn is not None]
-        if not outputs:
-            return
-        inputs = [t for t in tensors_in(args) if t.requires_grad]
-        state = {"pushed": None, "waiting": len(inputs)}
-        autograd = autograd_internals()
-
-        def close() -> None:
-            if state["pushed"]:
-                self._pop(state["pushed"])
-            state["pushed"] = 0
-            forget_left_open(close)
-
-        def gradient_arrived(grad: Any) -> None:
-            if state["pushed"] is None:
-                state["pushed"] = self._push(path, backward)
-                leave_open(close)  # a backward that raises calls no hook of ours
-                if not inputs:
-                    autograd.queue_callback(close)
-
-        def input_done(grad: Any) -> None:
-            state["waiting"] -= 1
-            if state["waiting"] == 0:
-                close()
-
-        # Opened by a pre-hook of the node that computes from the outputs' gradients: autograd runs
-        # a node's tensor hooks (the next call's `input_done` on this call's output) before its
-        # pre-hooks, so the range of a call that consumed these outputs closes before this one opens.
-        nodes = {id(t.grad_fn): t.grad_fn for t in outputs if t.grad_fn is not None}
-        for node in nodes.values():
-            node.register_prehook(run_outside_dynamo(lambda grad_outputs: gradient_arrived(None)))
-        for tensor in inputs:
-            tensor.register_hook(run_outside_dynamo(input_done))
+            opened.append(attributes)
+        return opened
 
 
 # id of a hooked module -> (its OutsideCalls, its path, forward ranges, backward ranges)
@@ -189,15 +138,6 @@ def _compiling() -> bool:
 
 
 def _pre_hook(module: Any, args: Any) -> None:
-    if _compiling():
-        return
-    target = _targets.get(id(module))
-    if target is not None:
-        owner, path, forward, _ = target
-        owner._stack().append((id(module), owner._push(path, forward)))
-
-
-def _post_hook(module: Any, args: Any, output: Any) -> None:
     import torch
 
     if _compiling():
@@ -205,11 +145,30 @@ def _post_hook(module: Any, args: Any, output: Any) -> None:
     target = _targets.get(id(module))
     if target is None:
         return
-    owner, path, _, backward = target
-    opened = owner._stack()
+    owner, path, forward, backward = target
+    ranges = owner._ranges
+    opened = owner._open(path, forward)
+    for attributes in opened:
+        ranges.push(attributes, ranges.domain_argument)
+    call = None
+    if backward and torch.is_grad_enabled():
+        call = BackwardCall.before(ranges, owner._open(path, backward), args)
+    ranges.stack().append((id(module), len(opened), -1, call))
+
+
+def _post_hook(module: Any, args: Any, output: Any) -> None:
+    if _compiling():
+        return
+    target = _targets.get(id(module))
+    if target is None:
+        return
+    ranges = target[0]._ranges
+    stack = ranges.stack()
     # Only what this call's pre-hook opened: hooks put on a module while it runs (the graph break was
     # found compiling its code) get a post-hook call without a pre-hook call.
-    if opened and opened[-1][0] == id(module):
-        owner._pop(opened.pop()[1])
-    if backward and torch.is_grad_enabled():
-        owner._backward(path, backward, args, output)
+    if stack and stack[-1][MODULE] == id(module):
+        entry = stack.pop()
+        for _ in range(entry[PUSHED]):
+            ranges.pop()
+        if entry[CALL] is not None:
+            entry[CALL].outputs_ready(output)

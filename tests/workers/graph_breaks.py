@@ -53,6 +53,16 @@ class Block(torch.nn.Module):
         return self.fc2(x)
 
 
+class InPlace(Block):
+    """Its input changed in place before a Linear, then a graph break: the call's backward range
+    closes once the gradient of its input as it came in is computed, after the Linear's."""
+
+    def forward(self, x):
+        x = torch.relu(self.fc1(torch.relu_(x)))
+        x = _break(self.kind, x)
+        return self.fc2(x)
+
+
 class Outer(torch.nn.Module):
     """A block nested one level deeper, with a Linear of its own before it."""
 
@@ -68,9 +78,9 @@ class Outer(torch.nn.Module):
 class Looped(torch.nn.Module):
     """Three blocks called in a loop (a break inside a loop skips the model's frame)."""
 
-    def __init__(self, kind: str, nested: bool = False) -> None:
+    def __init__(self, kind: str, nested: bool = False, block: type = Block) -> None:
         super().__init__()
-        self.blocks = torch.nn.ModuleList([(Outer if nested else Block)(kind) for _ in range(3)])
+        self.blocks = torch.nn.ModuleList([(Outer if nested else block)(kind) for _ in range(3)])
         self.head = torch.nn.Linear(8, 2)
 
     def forward(self, x):
@@ -153,6 +163,7 @@ PATTERNS = {
     "unrolled": lambda: Unrolled("graph_break"),
     "between": lambda: Between("print"),
     "shared": lambda: Shared("print"),
+    "inplace": lambda: Looped("print", block=InPlace),
     "qwen2_moe": qwen2_moe,
     "mixtral": mixtral,
 }
