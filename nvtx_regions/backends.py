@@ -8,12 +8,16 @@
 
 `compile` gives, for the same spec and with the same range names:
 
-- ``"eager"``: the model itself, with `nvtx_regions.annotate` hooks; the annotation is its
-  ``nvtx_regions_backend`` (``model.nvtx_regions_backend.remove()`` takes the hooks off, and
-  compiling the model again replaces them);
+- ``"eager"``: the model itself, with `nvtx_regions.annotate` hooks
+  (``model.nvtx_regions_backend.remove()`` takes the hooks off, and compiling the model again
+  replaces them);
 - ``"thunder"``: ``thunder.jit(model, transforms=[NvtxProfileTransform(...)])``
   (lightning-thunder is an optional dependency: ``pip install 'nvtx_regions[thunder]'``);
 - ``"inductor"``: ``torch.compile(model, backend=NvtxInductor(...))``.
+
+On every backend what it returns carries the spec's handle (`core.handle.SpecHandle`: the
+annotation, the transform, the backend) as ``nvtx_regions_backend``: ``.explain()`` on it, or
+`nvtx_regions.explain` on what was returned, says what each rule selected.
 
 The backend may be left to ``nvtx-regions profile``, which runs the script
 once per backend with ``NVTX_REGIONS_BACKEND`` set (and the spec in
@@ -30,6 +34,7 @@ import os
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
+from .core.handle import HANDLE
 from .core.naming import DEFAULT_DOMAIN
 from .core.profiling import BACKENDS, DEFAULT_SELECT, ENV_BACKEND, ENV_SPEC, STEP_CATEGORY, step_message
 
@@ -111,6 +116,7 @@ def compile(
         arguments["transforms"] = [*(arguments.get("transforms") or ()), ours]
         jitted = thunder_module.jit(model, **arguments)
         compiled_by(ours, jitted)  # so that the exit warning can tell thunder's failure from a misplaced transform
+        setattr(jitted, HANDLE, ours)  # what nvtx_regions.explain(jitted) reads, as on every backend
         return jitted
     import torch
 
@@ -123,7 +129,7 @@ def compile(
     compiler = NvtxInductor(select, spec=spec, domain=domain, strict=strict, options=options, model=tree, emit=emit)
     compiled = torch.compile(model, backend=compiler, **arguments)
     # So that nvtx_regions.explain(compiled) finds the graphs it placed ranges in.
-    compiled.nvtx_regions_backend = compiler
+    setattr(compiled, HANDLE, compiler)
     return compiled
 
 

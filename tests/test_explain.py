@@ -84,3 +84,27 @@ def test_explain_needs_a_compiled_function_and_a_spec():
     jitted_without_ours = compiled("mlp", None)[0]
     with pytest.raises(SelectorError, match="give select= or spec="):
         explain(jitted_without_ours)
+
+
+@pytest.mark.parametrize("backend", ["eager", "thunder", "inductor"])
+def test_what_compile_returns_carries_one_handle_on_every_backend(backend, monkeypatch, tmp_path):
+    """`nvtx_regions_backend` on what `nvtx_regions.compile` returns is the spec's handle on every
+    backend: its explain() is what nvtx_regions.explain says, in the backend's own words."""
+    import torch
+
+    import nvtx_regions
+    from nvtx_regions.core.handle import SpecHandle
+
+    monkeypatch.delenv("NVTX_REGIONS_BACKEND", raising=False)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    torch._dynamo.reset()
+    result = nvtx_regions.compile(make_mlp(), "each class <Linear>", backend=backend)
+    result(torch.randn(5, 8)).sum().backward()
+    handle = result.nvtx_regions_backend
+    assert isinstance(handle, SpecHandle)
+    assert type(handle).__name__ == {"eager": "EagerAnnotation", "thunder": "NvtxProfileTransform", "inductor": "NvtxInductor"}[backend]
+    text = str(handle.explain())
+    assert text == str(explain(result)) == str(explain(handle))
+    assert "rule 'each class <Linear>' (<select>:1): one range per module call" in text
+    for line in ("    0: ", "    3: ", "    0 (backward): ", "    3 (backward): "):  # the two Linears, both ways
+        assert line in text, (line, text)

@@ -59,6 +59,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ..core.handle import HANDLE, SpecHandle
 from ..core.naming import DEFAULT_DOMAIN, module_call_name, range_message, rule_category, rule_color
 from ..core.profiling import DEFAULT_SELECT
 from ..language.parse import given_spec, spec_from_arguments
@@ -74,9 +75,7 @@ from ..runtime.domain import Domain, calls_of
 from ..runtime.hook_ranges import CALL, MODULE, PUSHED, HookRanges
 from ..runtime.sinks import NVTX_ONLY, chosen_sinks
 
-__all__ = ["annotate", "EagerAnnotation", "HANDLE"]
-
-HANDLE = "nvtx_regions_backend"  # the attribute of a model that holds its annotation (see `EagerAnnotation`)
+__all__ = ["annotate", "EagerAnnotation"]
 
 
 @dataclass
@@ -95,7 +94,7 @@ class _Target:
         return (id(self.module), len(self.forward), -1, None)
 
 
-class EagerAnnotation:
+class EagerAnnotation(SpecHandle):
     """The hooks `annotate` put on a model. `remove()` takes them off; also a context manager.
 
     `explain()` says what each rule selected; `messages` lists the ranges of a step.

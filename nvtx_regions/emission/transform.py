@@ -33,11 +33,13 @@ from ..internals.thunder import ignored_jit_keyword
 from ..attribution.recording import install_module_recorder
 from ..attribution.traceview import TraceView, one_line
 from ..core.calls import chain_message
-from ..core.errors import NvtxRegionsWarning
+from ..core.errors import NotRunYetError, NvtxRegionsWarning, SelectorError
+from ..core.handle import SpecHandle
 from ..core.naming import DEFAULT_DOMAIN
-from ..language.parse import given_spec
+from ..language.parse import given_spec, spec_from_arguments
 from ..language.tree import Spec, render
 from ..selection.compile import CompiledSpec, compile_spec
+from ..selection.explanation import Explanation, explain_views
 from ..selection.plan import Plan, make_plan
 from ..selection.support import restrict
 from .nothing_selected import NothingSelectedCheck
@@ -48,7 +50,7 @@ from ..runtime.sinks import NVTX_ONLY, chosen_sinks
 
 MESSAGE_STYLES = ("python", "module")
 
-__all__ = ["NvtxProfileTransform", "TraceReport", "compiled_by"]
+__all__ = ["NvtxProfileTransform", "TraceReport", "compiled_by", "explain_traces", "traces_of"]
 
 # Memory stays bounded however often thunder recompiles: a transform keeps the
 # reports of its latest traces; counts of ranges cover every trace.
@@ -71,7 +73,7 @@ class TraceReport:
     ranges_emitted: tuple[tuple[int | None, str], ...] = ()
 
 
-class NvtxProfileTransform(Transform):
+class NvtxProfileTransform(Transform, SpecHandle):
     """Wrap the ops and regions a spec selects in NVTX ranges.
 
     Args:
@@ -248,6 +250,18 @@ class NvtxProfileTransform(Transform):
     def _traces_seen(self) -> int:
         return self._nothing_selected.traces_seen
 
+    def explain(self, select: str | None = None, *, spec: str | os.PathLike[str] | None = None, max_ops: int = 12) -> Explanation:
+        """What each rule of this transform's spec (or of `select`/`spec`) selects in the last forward
+        and backward traces of the function `nvtx_regions.compile` jitted with it."""
+        jitted = self._compiled_into() if self._compiled_into is not None else None
+        if jitted is None:
+            raise SelectorError(
+                "explain(): this NvtxProfileTransform knows no function it compiled (nvtx_regions.compile records "
+                "it); pass the thunder.jit function to nvtx_regions.explain instead"
+            )
+        given = spec_from_arguments(select, spec)
+        return explain_traces(traces_of(jitted), self.spec if given is None else given, max_ops=max_ops)
+
     # -- internals -------------------------------------------------------------
 
     def _domain_of(self, name: str | None) -> Domain:
@@ -287,6 +301,35 @@ def _warn_left_open(markers: tuple[Any, ...], plan: Plan) -> None:
 
 # Every transform alive, to tell at exit which ones thunder never called.
 _created: "weakref.WeakSet[NvtxProfileTransform]" = weakref.WeakSet()
+
+
+def traces_of(jitted: Any) -> list[TraceCtx]:
+    """The last forward trace of a ``thunder.jit`` function, and its last backward trace if any."""
+    import thunder
+
+    try:
+        forward = thunder.last_traces(jitted)
+    except TypeError:  # thunder: "doesn't seem to have been called yet"
+        forward = None
+    if not forward:
+        raise NotRunYetError("explain(): the compiled function has not run yet; call it once first")
+    traces = [forward[-1]]
+    backward = thunder.last_backward_traces(jitted)
+    if backward:
+        traces.append(backward[-1])
+    return traces
+
+
+def explain_traces(traces: list[Any], spec: Spec, *, max_ops: int = 12) -> Explanation:
+    """What each rule of `spec` selects in thunder `traces` (forward first)."""
+    compiled = restrict(compile_spec(spec), "thunder")
+    views: list[TraceView] = []
+    for trace in traces:
+        view = TraceView.from_trace(trace)
+        if view.phase == "backward":
+            view.forward = next((v for v in reversed(views) if v.phase == "forward"), None)
+        views.append(view)
+    return explain_views(compiled, views, max_ops=max_ops)
 
 
 def compiled_by(transform: NvtxProfileTransform, jitted: Any) -> None:

@@ -61,6 +61,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..core.handle import SpecHandle
 from ..core.errors import NvtxRegionsWarning, SelectorError
 from ..core.naming import DEFAULT_DOMAIN
 from ..core.profiling import DEFAULT_SELECT
@@ -113,7 +114,7 @@ class PlacedGraph:
     plan: Plan
 
 
-class NvtxInductor:
+class NvtxInductor(SpecHandle):
     """A ``torch.compile`` backend: Inductor, with the ranges of `select` (spec text) and/or `spec`
     (a ``.nvtx`` file) in the generated wrapper (see the module doc); with neither, ``each module <**>``.
 

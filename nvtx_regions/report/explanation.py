@@ -17,51 +17,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..attribution.traceview import TraceView
-from ..core.errors import NotRunYetError, SelectorError
+from ..core.errors import SelectorError
+from ..core.handle import handle_of
 from ..internals.versions import require_thunder
 from ..language.parse import spec_from_arguments
-from ..language.tree import Spec
-from ..selection.compile import compile_spec
-from ..selection.support import restrict
-from ..selection.explanation import Explanation, Program, RuleInTrace, explain_views
+from ..selection.explanation import Explanation, Program, RuleInTrace
 
 __all__ = ["explain", "Explanation", "Program", "RuleInTrace"]
-
-
-def _traces_of(target: Any) -> list[Any]:
-    if isinstance(target, (list, tuple)):
-        return list(target)
-    thunder = require_thunder("explain() of a thunder.jit function")
-    if thunder.compile_data(target) is None:
-        raise TypeError(
-            f"explain() takes a thunder.jit-compiled function that has run once, a list of traces, an NvtxInductor "
-            f"backend or an eager annotation (nvtx_regions.annotate); got {type(target).__name__}"
-        )
-    try:
-        forward = thunder.last_traces(target)
-    except TypeError:  # thunder: "doesn't seem to have been called yet"
-        forward = None
-    if not forward:
-        raise NotRunYetError("explain(): the compiled function has not run yet; call it once first")
-    traces = [forward[-1]]
-    backward = thunder.last_backward_traces(target)
-    if backward:
-        traces.append(backward[-1])
-    return traces
-
-
-def _spec_of(target: Any, select: str | None, spec: str | os.PathLike[str] | None) -> Spec:
-    given = spec_from_arguments(select, spec)
-    if given is not None:
-        return given
-    thunder = require_thunder("explain() of a thunder.jit function")
-    from ..emission.transform import NvtxProfileTransform
-
-    for transform in getattr(thunder.compile_data(target), "transforms", ()) or ():
-        if isinstance(transform, NvtxProfileTransform):
-            return transform.spec
-    raise SelectorError("explain(): give select= or spec=, or a function jitted with an NvtxProfileTransform")
 
 
 def explain(
@@ -73,28 +35,37 @@ def explain(
 ) -> Explanation:
     """Explain what a spec selects in what `target` compiled.
 
-    `target` is a ``thunder.jit`` function or module that has run (its last
-    forward and backward traces), a list of traces (forward first), an
-    `NvtxInductor` backend or what ``nvtx_regions.compile(..., backend="inductor")`` returned (the
-    graphs it placed ranges in, in this process),
-    or an eager annotation (`nvtx_regions.annotate`'s result: the model's
-    module tree). The spec is `select` and/or `spec` (as for
+    `target` is what ``nvtx_regions.compile`` returned on any backend, or its handle
+    (`core.handle.SpecHandle`: an eager annotation, an `NvtxInductor`, an
+    `NvtxProfileTransform`): eager explains the model's module tree, Inductor the graphs it
+    placed ranges in (in this process), thunder the last forward and backward traces. A
+    ``thunder.jit`` function or module that has run and a list of thunder traces (forward
+    first) are taken too. The spec is `select` and/or `spec` (as for
     `NvtxProfileTransform`); with neither, the target's own spec. Raises what
     the backend would raise for the same spec, and `NotRunYetError` for a
     thunder function that has not run (there is no trace yet).
     """
-    from ..emission.eager import EagerAnnotation
-    from ..inductor.backend import NvtxInductor
+    handle = handle_of(target)
+    if handle is not None:
+        return handle.explain(select, spec=spec, max_ops=max_ops)
+    thunder = require_thunder("explain() of a thunder.jit function")
+    from ..emission.transform import NvtxProfileTransform, explain_traces, traces_of
 
-    target = getattr(target, "nvtx_regions_backend", target)
-    if isinstance(target, (NvtxInductor, EagerAnnotation)):
-        return target.explain(select, spec=spec, max_ops=max_ops)
-    traces = _traces_of(target)
-    compiled = restrict(compile_spec(_spec_of(target, select, spec)), "thunder")
-    views: list[TraceView] = []
-    for trace in traces:
-        view = TraceView.from_trace(trace)
-        if view.phase == "backward":
-            view.forward = next((v for v in reversed(views) if v.phase == "forward"), None)
-        views.append(view)
-    return explain_views(compiled, views, max_ops=max_ops)
+    if isinstance(target, (list, tuple)):
+        traces = list(target)
+    elif thunder.compile_data(target) is None:
+        raise TypeError(
+            f"explain() takes what nvtx_regions.compile returned, a thunder.jit-compiled function that has run once, "
+            f"a list of traces, an NvtxInductor backend or an eager annotation (nvtx_regions.annotate); got "
+            f"{type(target).__name__}"
+        )
+    else:
+        traces = traces_of(target)
+    given = spec_from_arguments(select, spec)
+    if given is None:
+        transforms = () if isinstance(target, (list, tuple)) else getattr(thunder.compile_data(target), "transforms", ())
+        found = [t for t in transforms or () if isinstance(t, NvtxProfileTransform)]
+        if not found:
+            raise SelectorError("explain(): give select= or spec=, or a function jitted with an NvtxProfileTransform")
+        given = found[0].spec
+    return explain_traces(traces, given, max_ops=max_ops)
