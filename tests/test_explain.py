@@ -86,7 +86,8 @@ def test_explain_needs_a_compiled_function_and_a_spec():
         explain(jitted_without_ours)
 
 
-@pytest.mark.parametrize("backend", ["eager", "thunder", "inductor"])
+# Inductor's compile in the slow tier: test_front_door checks its handle's explain() in the default run.
+@pytest.mark.parametrize("backend", ["eager", "thunder", pytest.param("inductor", marks=pytest.mark.slow)])
 def test_what_compile_returns_carries_one_handle_on_every_backend(backend, monkeypatch, tmp_path):
     """`nvtx_regions_backend` on what `nvtx_regions.compile` returns is the spec's handle on every
     backend: its explain() is what nvtx_regions.explain says, in the backend's own words."""
