@@ -370,6 +370,47 @@ def test_threads_keep_their_own_stacks(nvtx_capture):
         assert [m for _, _, m in flatten(roots)] == ["inner", "inner", "inner (backward)", "inner (backward)"]
 
 
+class FailInBackward(torch.nn.Module):
+    """The identity; its backward raises while `fail` is set."""
+
+    fail = True
+
+    def forward(self, x):
+        return Fail.apply(x) if self.fail else x
+
+
+def test_what_a_failed_backward_left_on_its_own_thread_is_popped_there(nvtx_capture):
+    """On CUDA autograd runs backward on a thread of its own, the same one every step; here one
+    worker thread runs every backward. What a failed backward left open there is popped there
+    (NVTX pops act on the calling thread), before the next backward's first range."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), FailInBackward(), torch.nn.Linear(4, 4))
+    with ThreadPoolExecutor(max_workers=1) as device_thread, nvtx_capture() as events:
+        with annotate(model, "each module <*>"):
+            for step in range(3):
+                model[1].fail = step == 0
+                loss = model(torch.randn(2, 4, requires_grad=True)).sum()
+                if step == 0:
+                    with pytest.raises(RuntimeError, match="boom in backward"):
+                        device_thread.submit(loss.backward).result()
+                else:
+                    device_thread.submit(loss.backward).result()
+    ours = [e for e in events if e.domain == "nvtx_regions"]
+    check_balanced(ours)
+    main = threading.get_native_id()
+    worker = [(e.kind, e.message) for e in ours if e.tid != main and e.kind in ("push", "pop")]
+    # The failed backward left "1 (backward)" open on the worker; the next backward pops it first.
+    assert worker[:5] == [("push", "2 (backward)"), ("pop", None), ("push", "1 (backward)"), ("pop", None), ("push", "2 (backward)")]
+    trees = range_tree(ours)
+    (worker_tree,) = [roots for tid, roots in trees.items() if tid != main]
+    assert [(depth, message) for depth, _, message in flatten(worker_tree)] == [
+        (0, "2 (backward)"),
+        (0, "1 (backward)"),
+        *[(0, "2 (backward)"), (0, "1 (backward)"), (0, "0 (backward)")] * 2,
+    ]
+
+
 _EAGER = "eager PyTorch runs module calls, not a trace of ops"
 _OP_RULE = (
     f"a rule that gives one range per selected op; {_EAGER}: write 'each module <...>' or 'each class <...>' "

@@ -47,9 +47,10 @@ How the ranges are made, and the promises that follow:
   dicts exactly; hooks already on autograd nodes of a graph not yet run
   backward do nothing more than open and close an empty range.
 
-Limits: on CUDA, autograd runs backward on its own threads: the backward
-ranges are pushed and popped there, and ranges a failed backward leaves there
-are not recovered.
+On CUDA, autograd runs backward on its own threads: the backward ranges are
+pushed and popped there (their gates were read at the forward, by the one
+clock), and ranges a failed backward left there are popped there before the
+next backward's first range (`runtime.hook_ranges`).
 """
 
 from __future__ import annotations
@@ -226,8 +227,10 @@ class EagerAnnotation(SpecHandle):
             return
         # Outside any backward nothing of ours is open on this thread, unless a backward raised
         # with ranges open (autograd calls no hook of ours then), or a forward was interrupted.
-        if self._ranges.stack() and self._ranges.autograd.graph_task_id() == -1:
-            self._ranges.recover()
+        if self._ranges.autograd.graph_task_id() == -1:
+            if self._ranges.stack():
+                self._ranges.recover()
+            self._ranges.mark_others_stale()
         if self._gated:
             step = current_step()
             self._open_rules = [self._is_open(r, step) for r in self.compiled.rules]

@@ -12,7 +12,13 @@ call gets which ranges and reads its gates; `HookRanges` keeps what they pushed:
   gradient) and what closes them when it raises (`runtime.ranges.leave_open`: autograd calls no
   hook when a backward raises; the next `nvtx_regions.steps` step boundary closes them).
 - `recover()` pops everything on this thread's stack: an eager root's next forward calls it
-  outside any backward, and `remove()` does.
+  outside any backward, and `remove()` does. NVTX pops act on the calling thread's stack, so
+  what a failed backward left on another thread (autograd's device thread, on CUDA) is popped
+  there: the root's next forward marks the other threads' stacks stale (`mark_others_stale`:
+  no backward of this thread runs then), and the next backward on such a thread pops them
+  before its first range. A backward that another Python thread runs at that very moment on
+  the same device thread would lose its open ranges: training that runs steps of one model
+  from several threads at once is not supported.
 
 An entry is a tuple (the hooks run on every module call): (id() of the module, for forward, -1
 for backward; NVTX ranges pushed, gated-off ones are not; the autograd graph task, for backward,
@@ -39,11 +45,12 @@ class ThreadStack(list):
     (its first range registered the end's callback), `_NO_TASK` if none. A backward nested in
     another (reentrant checkpointing) registers the callback again: `end_task` is harmless twice."""
 
-    __slots__ = ("task",)
+    __slots__ = ("task", "stale")
 
     def __init__(self) -> None:
         super().__init__()
         self.task = _NO_TASK
+        self.stale = False  # what it holds was left by a backward that failed (`mark_others_stale`)
 
 
 class HookRanges:
@@ -54,6 +61,7 @@ class HookRanges:
         self.local = threading.local()
         self.autograd = autograd_internals()
         self.removed = False  # set by the front end's remove(): a graph recorded before gets no range
+        self._stacks: list[ThreadStack] = []  # every thread's, for `mark_others_stale`
 
     def stack(self) -> ThreadStack:
         """This thread's stack (hooks read ``local.stack`` first, which is faster where it exists)."""
@@ -61,7 +69,16 @@ class HookRanges:
             return self.local.stack
         except AttributeError:
             stack = self.local.stack = ThreadStack()
+            self._stacks.append(stack)
             return stack
+
+    def mark_others_stale(self) -> None:
+        """What other threads hold was left by a backward that failed there: this thread runs no
+        backward now, and its backwards ran on them. Their next backward pops it (see the module doc)."""
+        mine = self.stack()
+        for stack in self._stacks:
+            if stack and stack is not mine:
+                stack.stale = True
 
     def pop_from(self, stack: list[tuple], position: int) -> None:
         """Pop the NVTX ranges of `stack[position:]`, innermost first, and drop those entries."""
@@ -93,6 +110,9 @@ class HookRanges:
         except AttributeError:  # autograd's own thread (CUDA)
             stack = self.stack()
         if stack.task != task:  # the first range of this backward on this thread
+            if stack.stale:
+                stack.stale = False
+                self.pop_from(stack, 0)
             stack.task = task
             leave_open(self.recover)
             self.autograd.queue_callback(lambda: self.end_task(task))
