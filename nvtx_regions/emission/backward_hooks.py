@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from ..internals.autograd import autograd_internals
 
-__all__ = ["BACKWARD_HOOK_FUNCTIONS", "BackwardCall", "BackwardOwner", "tensors_in"]
+__all__ = ["BACKWARD_HOOK_FUNCTIONS", "BackwardCall", "BackwardOwner"]
 
 
 class BackwardOwner(Protocol):
@@ -57,6 +57,9 @@ class BackwardCall:
         (ReLU(inplace=True)) leaves the input as it came in. A leaf input (no node) gets a tensor
         hook, which is dropped once it has fired: a leaf keeps its hooks."""
         call = cls(owner, attributes)
+        # One tensor in, one out: the usual call, without the general loop below (measured: the
+        # general loop alone makes benchmarks/eager_hooks.py's forward-and-backward ratio about
+        # 1.043 where it is about 1.036, median of 3 and 8 runs).
         if not kwargs and len(args) == 1 and isinstance(args[0], _Tensor or _tensor_type()):  # the usual call
             tensor = args[0]
             if tensor.requires_grad:
