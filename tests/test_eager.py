@@ -574,3 +574,18 @@ def test_parenthesized_and_is_flattened_as_in_the_transform():
         assert h.messages == [("forward", "0")]
     with annotate(model, "(each class <Linear> and module <2>) and (backward and steps 0..)") as h:
         assert h.messages == [("backward", "2 (backward)")]
+
+
+
+def test_two_rules_on_one_module_give_two_nested_ranges_each_way(nvtx_capture):
+    # Module 0 gets two ranges (the hooks' loop), module 1 one (their one-range path).
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
+    with annotate(model, "each module <0, 1>\nagain: each class <Linear> and module <0>"):
+        with nvtx_capture() as events:
+            for _ in range(2):
+                model(torch.randn(2, 4, requires_grad=True)).sum().backward()
+    check_balanced(events)
+    step = [(0, "0"), (1, "0"), (0, "1"), (0, "1 (backward)"), (0, "0 (backward)"), (1, "0 (backward)")]
+    assert [(depth, message) for depth, _, message in _ranges(events)] == step * 2
+    pushes = [e for e in events if e.kind == "push"]
+    assert pushes[0].category != pushes[1].category  # each rule's own NVTX category

@@ -247,11 +247,15 @@ class EagerAnnotation(SpecHandle):
 
     def _pre_hook(self, target: _Target) -> Callable[..., None]:
         forward, backward, owner, key = target.forward, target.backward, target.module, id(target.module)
-        ranges, grad_enabled, before = self._ranges, self._grad_enabled, BackwardCall.before
+        ranges, grad_enabled, new_call = self._ranges, self._grad_enabled, BackwardCall
         local, stack_of, push, domain, gated = ranges.local, ranges.stack, ranges.push, ranges.domain_argument, self._gated
         attributes = [attributes for _, attributes in forward]
         backward_attributes = [attributes for _, attributes in backward]
         plain = target.plain_entry
+        # One range, the usual case, is pushed without a loop: in a training step, where the
+        # hooks run among much other code, a loop measured about 1 us a call (eager_hooks.py).
+        one = len(attributes) == 1
+        first = attributes[0] if one else None
 
         def forward_pre_hook(module: Any, args: Any, kwargs: Any = None) -> None:
             if module is not owner:  # a deep copy's module, which has a copy of this hook
@@ -263,10 +267,13 @@ class EagerAnnotation(SpecHandle):
             if gated:
                 self._gated_pre_hook(stack, key, forward, backward, args, kwargs)
                 return
-            for each in attributes:
-                push(each, domain)
+            if one:
+                push(first, domain)
+            else:
+                for each in attributes:
+                    push(each, domain)
             if backward and grad_enabled():
-                stack.append((key, len(attributes), -1, before(ranges, backward_attributes, args, kwargs)))
+                stack.append((key, len(attributes), -1, new_call(ranges, backward_attributes, args, kwargs)))
             else:
                 stack.append(plain)
 
@@ -277,13 +284,14 @@ class EagerAnnotation(SpecHandle):
         step's forward and the backward that follows it)."""
         open_rules, call = self._open_rules, None
         if backward and self._grad_enabled():
-            call = BackwardCall.before(self._ranges, [a for index, a in backward if open_rules[index]], args, kwargs)
+            call = BackwardCall(self._ranges, [a for index, a in backward if open_rules[index]], args, kwargs)
         stack.append((key, self._push(forward), -1, call))
 
     def _post_hook(self, target: _Target) -> Callable[..., None]:
         owner, key, ranges = target.module, id(target.module), self._ranges
         local, stack_of, pop = ranges.local, ranges.stack, ranges.pop
         plain, pops = target.plain_entry, range(len(target.forward))
+        one = len(target.forward) == 1  # popped without a loop (see the pre-hook)
 
         def forward_hook(module: Any, args: Any, output: Any) -> None:
             if module is not owner:  # a deep copy's module
@@ -295,13 +303,20 @@ class EagerAnnotation(SpecHandle):
             entry = stack[-1] if stack else None
             if entry is plain:  # no backward range to prepare, no gate, nothing left open inside
                 stack.pop()
-                for _ in pops:
+                if one:
                     pop()
+                else:
+                    for _ in pops:
+                        pop()
                 return
             if entry is not None and entry[MODULE] == key:  # nothing left open inside
                 stack.pop()
-                for _ in range(entry[PUSHED]):
+                pushed = entry[PUSHED]
+                if pushed == 1:
                     pop()
+                else:
+                    for _ in range(pushed):
+                        pop()
             else:
                 entry = ranges.close_forward(stack, key)
                 if entry is None:

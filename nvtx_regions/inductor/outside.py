@@ -152,7 +152,7 @@ def _pre_hook(module: Any, args: Any) -> None:
         ranges.push(attributes, ranges.domain_argument)
     call = None
     if backward and torch.is_grad_enabled():
-        call = BackwardCall.before(ranges, owner._open(path, backward), args)
+        call = BackwardCall(ranges, owner._open(path, backward), args)
     ranges.stack().append((id(module), len(opened), -1, call))
 
 
