@@ -370,6 +370,29 @@ def test_threads_keep_their_own_stacks(nvtx_capture):
         assert [m for _, _, m in flatten(roots)] == ["inner", "inner", "inner (backward)", "inner (backward)"]
 
 
+def test_a_finished_thread_leaves_no_stack_behind():
+    """A thread per request (a server) must not grow what the hooks keep: a thread's stack goes
+    with the thread."""
+    import gc
+
+    from nvtx_regions.runtime.hook_ranges import ThreadStack
+
+    def stacks() -> int:
+        gc.collect()
+        return sum(type(o) is ThreadStack for o in gc.get_objects())
+
+    model = Shared()
+    with annotate(model, "each module <inner>"):
+        model(torch.randn(2, 4)).sum().backward()  # this thread's stack
+        before = stacks()
+        for _ in range(5):
+            thread = threading.Thread(target=lambda: model(torch.randn(2, 4, requires_grad=True)).sum().backward())
+            thread.start()
+            thread.join()
+        assert stacks() == before
+        model(torch.randn(2, 4)).sum().backward()  # the root's forward marks the other stacks stale
+
+
 class FailInBackward(torch.nn.Module):
     """The identity; its backward raises while `fail` is set."""
 

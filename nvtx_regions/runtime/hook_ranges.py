@@ -28,6 +28,7 @@ for backward; NVTX ranges pushed, gated-off ones are not; the autograd graph tas
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Any
 
 from ..internals.autograd import autograd_internals
@@ -45,7 +46,7 @@ class ThreadStack(list):
     (its first range registered the end's callback), `_NO_TASK` if none. A backward nested in
     another (reentrant checkpointing) registers the callback again: `end_task` is harmless twice."""
 
-    __slots__ = ("task", "stale")
+    __slots__ = ("task", "stale", "__weakref__")
 
     def __init__(self) -> None:
         super().__init__()
@@ -61,7 +62,10 @@ class HookRanges:
         self.local = threading.local()
         self.autograd = autograd_internals()
         self.removed = False  # set by the front end's remove(): a graph recorded before gets no range
-        self._stacks: list[ThreadStack] = []  # every thread's, for `mark_others_stale`
+        # Every live thread's, for `mark_others_stale`; weakly, as a thread's stack goes with its
+        # thread-local data when the thread ends (a thread per request must not grow this).
+        self._stacks: list[weakref.ref[ThreadStack]] = []
+        self._stacks_lock = threading.Lock()  # two threads' first hooks may run at once
 
     def stack(self) -> ThreadStack:
         """This thread's stack (hooks read ``local.stack`` first, which is faster where it exists)."""
@@ -69,14 +73,16 @@ class HookRanges:
             return self.local.stack
         except AttributeError:
             stack = self.local.stack = ThreadStack()
-            self._stacks.append(stack)
+            with self._stacks_lock:
+                self._stacks = [ref for ref in self._stacks if ref() is not None] + [weakref.ref(stack)]
             return stack
 
     def mark_others_stale(self) -> None:
         """What other threads hold was left by a backward that failed there: this thread runs no
         backward now, and its backwards ran on them. Their next backward pops it (see the module doc)."""
         mine = self.stack()
-        for stack in self._stacks:
+        for ref in self._stacks:
+            stack = ref()
             if stack and stack is not mine:
                 stack.stale = True
 
