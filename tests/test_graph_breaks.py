@@ -149,6 +149,30 @@ def test_the_recompile_limit_is_not_silent(monkeypatch, tmp_path):
     torch._dynamo.reset()
 
 
+@pytest.mark.skipif(
+    hasattr(torch._dynamo.config, "capture_profiler_record_function"),
+    reason="this torch keeps record_function in compiled code (NvtxInductor turns the option on)",
+)
+def test_dynamo_dropping_a_record_function_is_heard():
+    # What NvtxInductor's warning on a torch that cannot keep record_function (2.8) rests on: Dynamo's
+    # own log of the drop. A fresh process: Dynamo logs it once per process.
+    code = (
+        "import torch\n"
+        "from nvtx_regions.internals import dynamo\n"
+        "heard = []\n"
+        "dynamo.profiler_calls_dropped(heard.append)\n"
+        "def f(x):\n"
+        "    with torch.profiler.record_function('mine'):\n"
+        "        return x.sin()\n"
+        "torch.compile(f, backend='eager')(torch.randn(2))\n"
+        "print(heard)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (heard,) = eval(done.stdout.strip().splitlines()[-1])
+    assert heard.endswith("record_function"), heard
+
+
 def test_a_model_called_once_without_gradients_is_told_at_exit(tmp_path):
     # No second call and no backward to say it at: the warning comes at exit, not never.
     code = (

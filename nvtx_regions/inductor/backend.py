@@ -185,13 +185,8 @@ class NvtxInductor(SpecHandle):
                 "under torch.compile its calls break the graph (fullgraph=True: an error) and run outside the compiled "
                 f"code. Call it as {api}(...) instead",
             )
-        lost = compiled_markers.record_function_lost()
-        if lost is not None:
-            self._say(
-                "record_function",
-                f"{self!r}: {lost}: a model's own torch.profiler.record_function ranges are gone from its compiled "
-                "graphs. Use torch.cuda.nvtx.range or nvtx.annotate there, or a torch that has that option (2.11, 2.14)",
-            )
+        if compiled_markers.record_function_lost() is not None:
+            dynamo.profiler_calls_dropped(_record_function_dropped)
 
     def __repr__(self) -> str:
         return f"NvtxInductor({'; '.join(render(r) for r in self.spec.rules)!r}, domain={self.domain!r})"
@@ -421,6 +416,21 @@ def _report_at_exit() -> None:
 atexit.register(_report_at_exit)
 
 _limits_said: set[str] = set()
+
+
+def _record_function_dropped(function: str) -> None:
+    """Dynamo dropped a ``record_function`` from code it compiled (`internals.dynamo.
+    profiler_calls_dropped`, watched once an `NvtxInductor` exists on a torch that cannot keep them):
+    say so, once per process (Dynamo itself logs it once)."""
+    if "record_function" not in function:  # torch.profiler.profile, dropped alike, is no marker
+        return
+    warnings.warn(
+        f"{compiled_markers.record_function_lost()}: the ranges of {function} in the code torch.compile "
+        "compiles are gone. Use torch.cuda.nvtx.range or nvtx.annotate there (NvtxInductor carries them into "
+        "the compiled code), or a torch whose Dynamo has that option (2.11, 2.14)",
+        NvtxRegionsWarning,
+        stacklevel=outside_package(),
+    )
 
 
 def _recompile_limit_hit(limit: str, value: Any, function: str) -> None:

@@ -1,5 +1,5 @@
 """Reaches into Dynamo's and AOTAutograd's run time: how a compiled graph is called, its autograd
-node, Dynamo's recompile limit, and the frames Dynamo skips.
+node, Dynamo's recompile limit, the profiler calls it drops, and the frames Dynamo skips.
 
 Checked on torch 2.11 and 2.14 (`inductor_reaches.TESTED_TORCH`); each entry says what breaks
 without it.
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-__all__ = ["around", "on_backward", "recompile_limit_hits", "run_outside_dynamo"]
+__all__ = ["around", "on_backward", "profiler_calls_dropped", "recompile_limit_hits", "run_outside_dynamo"]
 
 
 def around(compiled: Any, before: Callable[[tuple[Any, ...]], Any] | None, after: Callable[[Any, Any], None]) -> Any:
@@ -74,6 +74,38 @@ def recompile_limit_hits(callback: Callable[[str, Any, str], None]) -> None:
         return True
 
     logging.getLogger("torch._dynamo.convert_frame").addFilter(read)
+
+
+_dropped_watchers: list[Callable[[str], None]] = []
+
+
+def profiler_calls_dropped(callback: Callable[[str], None]) -> None:
+    """Call ``callback(the profiler function)`` when Dynamo drops a ``torch.profiler`` call
+    (``record_function``, ``profile``) from the code it compiles, treating it as a null context.
+
+    Dynamo says so only in a warning of the ``torch._dynamo.variables.torch`` logger, "Profiler
+    function %s will be ignored" (2.8 for both; 2.11 and 2.14 log it for ``profile`` only, and keep
+    ``record_function`` where ``capture_profiler_record_function`` is on, which `NvtxInductor` turns
+    on). It logs it once per function and process (``warning_once``), so a drop before the first
+    callback was registered goes unheard.
+    """
+    import logging
+
+    if callback in _dropped_watchers:
+        return
+    _dropped_watchers.append(callback)
+    if len(_dropped_watchers) > 1:
+        return
+
+    def read(record: logging.LogRecord) -> bool:
+        if record.msg == "Profiler function %s will be ignored" and record.args:
+            function = record.args[0]  # type: ignore[index]
+            name = f"{getattr(function, '__module__', '')}.{getattr(function, '__qualname__', function)}"
+            for watcher in list(_dropped_watchers):
+                watcher(name)
+        return True
+
+    logging.getLogger("torch._dynamo.variables.torch").addFilter(read)
 
 
 def run_outside_dynamo(function: Callable[..., Any]) -> Callable[..., Any]:
