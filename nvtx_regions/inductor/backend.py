@@ -79,7 +79,7 @@ from ..runtime.sinks import chosen_sinks
 from .check import check_spec
 from .instances import FrameRoot, frame_root, same_class
 from .kernels import KernelView, kernel_view, rebase, view_from_literal, view_literal
-from . import loaded
+from . import dynamo_events, loaded
 from .outside import OutsideCalls
 from .placement import placement
 
@@ -177,7 +177,7 @@ class NvtxInductor(SpecHandle):
         digest = hashlib.sha256(f"{build_digest()}\0{domain!r}\0{self.sinks}\0{text}\0{tree}".encode()).hexdigest()[:24]
         self.cache_key = f"nvtx_regions:{digest}"
         loaded.register(self.cache_key, self)
-        dynamo.recompile_limit_hits(_recompile_limit_hit)
+        dynamo_events.watch()
         for module, name, api in compiled_markers.held_before():
             self._say(
                 f"held:{module}.{name}",
@@ -185,8 +185,6 @@ class NvtxInductor(SpecHandle):
                 "under torch.compile its calls break the graph (fullgraph=True: an error) and run outside the compiled "
                 f"code. Call it as {api}(...) instead",
             )
-        if compiled_markers.record_function_lost() is not None:
-            dynamo.profiler_calls_dropped(_record_function_dropped)
 
     def __repr__(self) -> str:
         return f"NvtxInductor({'; '.join(render(r) for r in self.spec.rules)!r}, domain={self.domain!r})"
@@ -414,41 +412,6 @@ def _report_at_exit() -> None:
 
 
 atexit.register(_report_at_exit)
-
-_limits_said: set[str] = set()
-
-
-def _record_function_dropped(function: str) -> None:
-    """Dynamo dropped a ``record_function`` from code it compiled (`internals.dynamo.
-    profiler_calls_dropped`, watched once an `NvtxInductor` exists on a torch that cannot keep them):
-    say so, once per process (Dynamo itself logs it once)."""
-    if "record_function" not in function:  # torch.profiler.profile, dropped alike, is no marker
-        return
-    warnings.warn(
-        f"{compiled_markers.record_function_lost()}: the ranges of {function} in the code torch.compile "
-        "compiles are gone. Use torch.cuda.nvtx.range or nvtx.annotate there (NvtxInductor carries them into "
-        "the compiled code), or a torch whose Dynamo has that option (2.11, 2.14)",
-        NvtxRegionsWarning,
-        stacklevel=outside_package(),
-    )
-
-
-def _recompile_limit_hit(limit: str, value: Any, function: str) -> None:
-    """Dynamo stopped compiling `function` (`internals.dynamo.recompile_limit_hits`, watched once an
-    `NvtxInductor` exists): say so once per function, since its calls now run uncompiled, without
-    the ranges of its graphs."""
-    if function in _limits_said:
-        return
-    _limits_said.add(function)
-    warnings.warn(
-        f"Dynamo hit torch._dynamo.config.{limit} ({value}) for {function}: from now on it runs without "
-        "torch.compile, so its calls get no NVTX range from NvtxInductor. Raise the limit before compiling "
-        f"(torch._dynamo.config.{limit} = N), or make the recompiles stop (TORCH_LOGS=recompiles says why "
-        "each happened)",
-        NvtxRegionsWarning,
-        stacklevel=outside_package(),
-    )
-
 
 def _above(path: str) -> list[str]:
     """`path` and the path of every module above it, but the model's own (``""``)."""

@@ -1,0 +1,57 @@
+"""What Dynamo decides on its own that costs a model its ranges, said as `NvtxRegionsWarning`s: a
+function past a recompile limit (it runs uncompiled from then on), and a ``record_function`` dropped
+from compiled code on a torch that cannot keep it (2.8). Dynamo says either only in its log
+(`internals.dynamo`); without these, the ranges would be gone and nothing would say so.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from ..core.errors import NvtxRegionsWarning
+from ..internals import compiled_markers, dynamo
+from ..internals.frames import outside_package
+
+__all__ = ["watch"]
+
+_limits_said: set[str] = set()
+
+
+def watch() -> None:
+    """Listen from now on (each `NvtxInductor` calls it; listening once is enough)."""
+    dynamo.recompile_limit_hits(_recompile_limit_hit)
+    if compiled_markers.record_function_lost() is not None:
+        dynamo.profiler_calls_dropped(_record_function_dropped)
+
+
+def _record_function_dropped(function: str) -> None:
+    """Dynamo dropped a ``record_function`` from code it compiled (`internals.dynamo.
+    profiler_calls_dropped`, watched once an `NvtxInductor` exists on a torch that cannot keep them):
+    say so, once per process (Dynamo itself logs it once)."""
+    if "record_function" not in function:  # torch.profiler.profile, dropped alike, is no marker
+        return
+    warnings.warn(
+        f"{compiled_markers.record_function_lost()}: the ranges of {function} in the code torch.compile "
+        "compiles are gone. Use torch.cuda.nvtx.range or nvtx.annotate there (NvtxInductor carries them into "
+        "the compiled code), or a torch whose Dynamo has that option (2.11, 2.14)",
+        NvtxRegionsWarning,
+        stacklevel=outside_package(),
+    )
+
+
+def _recompile_limit_hit(limit: str, value: Any, function: str) -> None:
+    """Dynamo stopped compiling `function` (`internals.dynamo.recompile_limit_hits`, watched once an
+    `NvtxInductor` exists): say so once per function, since its calls now run uncompiled, without
+    the ranges of its graphs."""
+    if function in _limits_said:
+        return
+    _limits_said.add(function)
+    warnings.warn(
+        f"Dynamo hit torch._dynamo.config.{limit} ({value}) for {function}: from now on it runs without "
+        "torch.compile, so its calls get no NVTX range from NvtxInductor. Raise the limit before compiling "
+        f"(torch._dynamo.config.{limit} = N), or make the recompiles stop (TORCH_LOGS=recompiles says why "
+        "each happened)",
+        NvtxRegionsWarning,
+        stacklevel=outside_package(),
+    )
