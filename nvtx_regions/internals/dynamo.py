@@ -47,7 +47,30 @@ def on_backward(outputs: Any, hook: Callable[[], None]) -> bool:
     return False
 
 
-_limit_watchers: list[Callable[[str, Any, str], None]] = []
+# Per Dynamo logger: the callbacks that its records are read for (one filter each, added by `_listen`).
+_watchers: dict[str, list[Callable[..., None]]] = {}
+
+
+def _listen(logger: str, callback: Callable[..., None], read: Callable[[Any], tuple | None]) -> None:
+    """Call ``callback(*read(record))`` for each record of Dynamo's `logger` that `read` recognises
+    (it returns None for the others); a callback listens once, however often it is passed."""
+    import logging
+
+    watchers = _watchers.setdefault(logger, [])
+    if callback in watchers:
+        return
+    watchers.append(callback)
+    if len(watchers) > 1:
+        return
+
+    def filter_record(record: logging.LogRecord) -> bool:
+        found = read(record)
+        if found is not None:
+            for watcher in list(watchers):
+                watcher(*found)
+        return True  # the record is logged as it would be without us
+
+    logging.getLogger(logger).addFilter(filter_record)
 
 
 def recompile_limit_hits(callback: Callable[[str, Any, str], None]) -> None:
@@ -58,25 +81,14 @@ def recompile_limit_hits(callback: Callable[[str, Any, str], None]) -> None:
     hit config.%s (%s)\n   function: %s ..." (2.11, 2.14): a filter on that logger reads it and
     keeps the record. Without it, a model past the limit runs without ranges and nothing says so.
     """
-    import logging
 
-    if callback in _limit_watchers:
-        return
-    _limit_watchers.append(callback)
-    if len(_limit_watchers) > 1:
-        return
-
-    def read(record: logging.LogRecord) -> bool:
+    def read(record: Any) -> tuple | None:
         if isinstance(record.msg, str) and record.msg.startswith("torch._dynamo hit config.") and len(record.args or ()) >= 3:
-            limit, value, function = record.args[:3]  # type: ignore[index]
-            for watcher in list(_limit_watchers):
-                watcher(str(limit), value, str(function))
-        return True
+            limit, value, function = record.args[:3]
+            return str(limit), value, str(function)
+        return None
 
-    logging.getLogger("torch._dynamo.convert_frame").addFilter(read)
-
-
-_dropped_watchers: list[Callable[[str], None]] = []
+    _listen("torch._dynamo.convert_frame", callback, read)
 
 
 def profiler_calls_dropped(callback: Callable[[str], None]) -> None:
@@ -89,23 +101,14 @@ def profiler_calls_dropped(callback: Callable[[str], None]) -> None:
     on). It logs it once per function and process (``warning_once``), so a drop before the first
     callback was registered goes unheard.
     """
-    import logging
 
-    if callback in _dropped_watchers:
-        return
-    _dropped_watchers.append(callback)
-    if len(_dropped_watchers) > 1:
-        return
-
-    def read(record: logging.LogRecord) -> bool:
+    def read(record: Any) -> tuple | None:
         if record.msg == "Profiler function %s will be ignored" and record.args:
-            function = record.args[0]  # type: ignore[index]
-            name = f"{getattr(function, '__module__', '')}.{getattr(function, '__qualname__', function)}"
-            for watcher in list(_dropped_watchers):
-                watcher(name)
-        return True
+            function = record.args[0]
+            return (f"{getattr(function, '__module__', '')}.{getattr(function, '__qualname__', function)}",)
+        return None
 
-    logging.getLogger("torch._dynamo.variables.torch").addFilter(read)
+    _listen("torch._dynamo.variables.torch", callback, read)
 
 
 def run_outside_dynamo(function: Callable[..., Any]) -> Callable[..., Any]:
