@@ -173,6 +173,27 @@ def test_dynamo_dropping_a_record_function_is_heard():
     assert heard.endswith("record_function"), heard
 
 
+def test_a_torch_that_drops_record_function_is_told_when_one_is_dropped_not_before(monkeypatch):
+    # On every torch, what 2.8 does: no warning at construction (every 2.8 user got one, 2.8's tests
+    # failed), one when Dynamo logs that it dropped a record_function (as 2.8's Dynamo logs it).
+    import logging
+
+    from nvtx_regions.inductor import NvtxInductor
+    from nvtx_regions.internals import compiled_markers
+
+    monkeypatch.setattr(compiled_markers, "record_function_lost", lambda: "torch 2.8 has no such option")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        NvtxInductor("each class <Linear>")
+        said_before = [str(w.message) for w in seen if issubclass(w.category, NvtxRegionsWarning)]
+        dynamo_log = logging.getLogger("torch._dynamo.variables.torch")
+        dynamo_log.warning("Profiler function %s will be ignored", torch.profiler.profile)  # not a marker
+        dynamo_log.warning("Profiler function %s will be ignored", torch.profiler.record_function)
+    assert said_before == []
+    ours = [str(w.message) for w in seen if issubclass(w.category, NvtxRegionsWarning)]
+    assert len(ours) == 1 and ours[0].startswith("torch 2.8 has no such option: the ranges of ") and "record_function" in ours[0], ours
+
+
 def test_a_model_called_once_without_gradients_is_told_at_exit(tmp_path):
     # No second call and no backward to say it at: the warning comes at exit, not never.
     code = (
