@@ -8,19 +8,23 @@ Capture (`install`, by the first `NvtxInductor`; `uninstall` puts everything bac
 op returned non-Tensor": Dynamo's ``trace_rules`` list them as in-graph functions), and the nvtx
 package's calls (Cython) break the graph. The substitutes below take their place (module
 attributes, and ``nvtx.annotate``'s methods, so an ``annotate`` object made or applied as a
-decorator before the install is covered too). While Dynamo traces (``torch.compiler.is_dynamo_compiling()``;
-not ``is_compiling()``, which thunder 0.2.6's lookaside makes true while thunder traces, where the
+decorator before the install is covered too). While Dynamo traces code for a backend that keeps the
+user's markers (`keeps_markers`: an `NvtxInductor`; ``torch.compiler.is_dynamo_compiling()``, not
+``is_compiling()``, which thunder 0.2.6's lookaside makes true while thunder traces, where the
 originals must run for thunder's marker lookasides to record them)
 each puts one ``nvtx_regions::marker(action, form, message, domain, color)`` node into the graph;
-otherwise it calls the original (one Python call more). The op has side effects for FX
-(``torch.fx.node.has_side_effect``), so no dead-code pass drops it. Its kernel, where a graph that
-no `NvtxInductor` compiles runs it, does what the marker does, at its place among the kernels.
+otherwise it calls the original (one Python call more), so Dynamo tracing for any other backend
+meets the original, as in a process without nvtx_regions: the same graph breaks, the same graphs.
+The op has side effects for FX (``torch.fx.node.has_side_effect``), so no dead-code pass drops it.
+Its kernel does what the marker does, at its place among the kernels.
 
 ``torch.profiler.record_function``: Dynamo drops it, unless ``torch._dynamo.config.
 capture_profiler_record_function`` is on (2.11, 2.14), which records
 ``profiler._record_function_enter_new(name, args)`` and ``profiler._record_function_exit.
-_RecordFunction(handle)`` nodes. `install` turns it on; on a torch without it, `record_function_lost`
-says so.
+_RecordFunction(handle)`` nodes. `install` sets it to a value that is true only while Dynamo traces
+for a backend that keeps the user's markers (Dynamo reads it as ``if config.capture_...:`` while it
+traces, 2.11 and 2.14), so other models' graphs stay as they were; on a torch without it,
+`record_function_lost` says so.
 
 A reference taken before the install (``from torch.cuda.nvtx import range_push``) still names the
 original: under torch.compile it breaks the graph as before (``fullgraph=True``: Dynamo's error),
@@ -38,7 +42,7 @@ from typing import Any, Callable
 
 from .patches import Undo
 
-__all__ = ["install", "uninstall", "installed", "marker_op", "record_function_lost", "held_before"]
+__all__ = ["install", "uninstall", "installed", "marker_op", "record_function_lost", "held_before", "keeps_markers"]
 
 NAMESPACE = "nvtx_regions"
 
@@ -97,6 +101,37 @@ def color_value(text: str | None) -> Any:
     return int(text) if text.lstrip("-").isdigit() else text
 
 
+def keeps_markers() -> bool:
+    """Whether Dynamo is tracing, on this thread, for a backend that keeps the user's markers in its
+    graphs (one whose class sets ``keeps_user_markers = True``: `NvtxInductor`). Under Dynamo it is
+    called for real and its result taken as a constant (``assume_constant_result``, 2.8 to 2.14: no
+    graph break, no guard), once per traced call of a substitute."""
+    from .dynamo import tracing_for
+
+    return bool(getattr(type(tracing_for()), "keeps_user_markers", False))
+
+
+class _WhileKept(int):
+    """``capture_profiler_record_function``'s value while installed: true only while Dynamo traces for
+    a backend that keeps the user's markers (see the module doc). An int, 0, for what else reads
+    Dynamo's config: its metrics log dumps it as JSON (2.11)."""
+
+    def __bool__(self) -> bool:
+        return keeps_markers()
+
+    def __repr__(self) -> str:  # Dynamo hashes its config by repr
+        return "nvtx_regions.internals.compiled_markers.WHILE_KEPT"
+
+    def __reduce__(self) -> str:  # and pickles it for its caches: the one instance, by name
+        return "WHILE_KEPT"
+
+    def __deepcopy__(self, memo: Any) -> _WhileKept:
+        return self
+
+
+WHILE_KEPT = _WhileKept(0)
+
+
 def _marker(action: str, form: str, message: Any = None, domain: Any = None, color: Any = None) -> None:
     import torch
 
@@ -112,26 +147,33 @@ def install() -> None:
         import torch.cuda.nvtx as torch_nvtx
 
         marker_op()
-        push, pop = torch_nvtx.range_push, torch_nvtx.range_pop
-        _originals.update(range_push=push, range_pop=pop, range=torch_nvtx.range)
+        push, pop, original_range = torch_nvtx.range_push, torch_nvtx.range_pop, torch_nvtx.range
+        _originals.update(range_push=push, range_pop=pop, range=original_range)
+        kept = _kept()
 
         def range_push(msg: str) -> Any:
-            if torch.compiler.is_dynamo_compiling():
+            if torch.compiler.is_dynamo_compiling() and kept():
                 _marker("push", "torch.cuda.nvtx", msg)
                 return 0
             return push(msg)
 
         def range_pop() -> Any:
-            if torch.compiler.is_dynamo_compiling():
+            if torch.compiler.is_dynamo_compiling() and kept():
                 _marker("pop", "torch.cuda.nvtx")
                 return 0
             return pop()
 
-        class range:  # noqa: N801 - torch's name
-            """``torch.cuda.nvtx.range``, as a class Dynamo traces (the original is in-graph for Dynamo)."""
+        def range(msg: str, *args: Any, **kwargs: Any) -> Any:  # noqa: A001 - torch's name
+            if torch.compiler.is_dynamo_compiling() and kept():
+                return _Range(msg.format(*args, **kwargs) if args or kwargs else msg)
+            return original_range(msg, *args, **kwargs)
 
-            def __init__(self, msg: str, *args: Any, **kwargs: Any) -> None:
-                self.msg = msg.format(*args, **kwargs) if args or kwargs else msg
+        class _Range:
+            """``torch.cuda.nvtx.range`` for a backend that keeps markers, as a class Dynamo traces (the
+            original is in-graph for Dynamo)."""
+
+            def __init__(self, msg: str) -> None:
+                self.msg = msg
 
             def __enter__(self) -> None:
                 range_push(self.msg)
@@ -155,7 +197,14 @@ def install() -> None:
         _install_nvtx_package()
         config = torch._dynamo.config
         if hasattr(config, "capture_profiler_record_function"):
-            _undo.setattr(config, "capture_profiler_record_function", True)
+            _undo.setattr(config, "capture_profiler_record_function", WHILE_KEPT)
+
+
+def _kept() -> Callable[[], bool]:
+    """`keeps_markers`, for the substitutes: Dynamo calls it and takes its result as a constant."""
+    import torch
+
+    return torch._dynamo.assume_constant_result(lambda: keeps_markers())
 
 
 def _install_nvtx_package() -> None:
@@ -172,51 +221,52 @@ def _install_nvtx_package() -> None:
         return
     import torch
 
+    kept = _kept()
     push, pop = module.push_range, module.pop_range
     lib_push, lib_pop = module.libnvtx_push_range, module.libnvtx_pop_range
     annotate = module.annotate
     init, enter, exit_ = annotate.__init__, annotate.__enter__, annotate.__exit__
 
     def push_range(message: Any = None, color: Any = "blue", domain: Any = None, category: Any = None, payload: Any = None) -> None:
-        if torch.compiler.is_dynamo_compiling():
+        if torch.compiler.is_dynamo_compiling() and kept():
             return _marker("push", "nvtx", message, domain, _color_text(color))
         return push(message, color, domain, category, payload)
 
     def pop_range(domain: Any = None) -> None:
-        if torch.compiler.is_dynamo_compiling():
+        if torch.compiler.is_dynamo_compiling() and kept():
             return _marker("pop", "nvtx", None, domain)
         return pop(domain)
 
     _originals.update(nvtx_push=push, nvtx_pop=pop)
 
     def annotate_init(self: Any, message: Any = None, color: Any = None, domain: Any = None, category: Any = None, payload: Any = None) -> None:
-        if torch.compiler.is_dynamo_compiling():
+        if torch.compiler.is_dynamo_compiling() and kept():
             self.init_args = message, color, domain, category, payload
             return None
         return init(self, message, color, domain, category, payload)
 
     def annotate_enter(self: Any) -> Any:
-        if torch.compiler.is_dynamo_compiling():
+        if torch.compiler.is_dynamo_compiling() and kept():
             message, color, domain = self.init_args[:3]
             _marker("push", "nvtx", message, domain, _color_text(color))
             return self
         return enter(self)
 
     def annotate_exit(self: Any, *exc: Any) -> bool:
-        if torch.compiler.is_dynamo_compiling():
+        if torch.compiler.is_dynamo_compiling() and kept():
             _marker("pop", "nvtx", None, self.init_args[2])
             return False
         return exit_(self, *exc)
 
     def libnvtx_push_range(attributes: Any, handle: Any) -> Any:
-        if torch.compiler.is_dynamo_compiling():
+        if torch.compiler.is_dynamo_compiling() and kept():
             message = attributes.message
             message = getattr(message, "string", message)
             return _marker("push", "nvtx", message, handle.name or None, _color_text(attributes.color))
         return lib_push(attributes, handle)
 
     def libnvtx_pop_range(handle: Any) -> Any:
-        if torch.compiler.is_dynamo_compiling():
+        if torch.compiler.is_dynamo_compiling() and kept():
             return _marker("pop", "nvtx", None, handle.name or None)
         return lib_pop(handle)
 

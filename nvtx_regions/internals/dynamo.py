@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-__all__ = ["around", "on_backward", "profiler_calls_dropped", "recompile_limit_hits", "run_outside_dynamo"]
+__all__ = [
+    "around", "on_backward", "profiler_calls_dropped", "recompile_limit_hits", "run_outside_dynamo", "tracing_for",
+    "traced_function",
+]  # fmt: skip
 
 
 def around(compiled: Any, before: Callable[[tuple[Any, ...]], Any] | None, after: Callable[[Any, Any], None]) -> Any:
@@ -47,8 +50,9 @@ def on_backward(outputs: Any, hook: Callable[[], None]) -> bool:
     return False
 
 
-# Per Dynamo logger: the callbacks that its records are read for (one filter each, added by `_listen`).
-_watchers: dict[str, list[Callable[..., None]]] = {}
+# Per Dynamo logger: (callback, its reader) for each callback its records are read for (one filter
+# per logger, added by `_listen`).
+_watchers: dict[str, list[tuple[Callable[..., None], Callable[[Any], tuple | None]]]] = {}
 
 
 def _listen(logger: str, callback: Callable[..., None], read: Callable[[Any], tuple | None]) -> None:
@@ -57,16 +61,16 @@ def _listen(logger: str, callback: Callable[..., None], read: Callable[[Any], tu
     import logging
 
     watchers = _watchers.setdefault(logger, [])
-    if callback in watchers:
+    if any(callback == known for known, _ in watchers):
         return
-    watchers.append(callback)
+    watchers.append((callback, read))
     if len(watchers) > 1:
         return
 
     def filter_record(record: logging.LogRecord) -> bool:
-        found = read(record)
-        if found is not None:
-            for watcher in list(watchers):
+        for watcher, its_read in list(watchers):
+            found = its_read(record)
+            if found is not None:
                 watcher(*found)
         return True  # the record is logged as it would be without us
 
@@ -121,3 +125,42 @@ def run_outside_dynamo(function: Callable[..., Any]) -> Callable[..., Any]:
 
     skip_code(function.__code__)
     return function
+
+
+def _translator() -> Any:
+    from torch._dynamo import symbolic_convert
+
+    return getattr(symbolic_convert.tls, "current_tx", None)
+
+
+def traced_function() -> str | None:
+    """The function whose frame Dynamo is tracing on this thread (a backend is called while it
+    does), as `recompile_limit_hits` names it: ``'forward' (/path/model.py:12)``, Dynamo's
+    ``format_func_info`` (2.8, 2.11, 2.14); None outside Dynamo's tracing."""
+    tx = _translator()
+    code = None if tx is None else getattr(tx, "f_code", None)
+    return None if code is None else f"'{code.co_name}' ({code.co_filename}:{code.co_firstlineno})"
+
+
+def tracing_for() -> Any:
+    """The backend that the Dynamo trace in progress on this thread compiles for, unwrapped (the object
+    passed as ``torch.compile(backend=)``), or None outside Dynamo's tracing.
+
+    Dynamo keeps the translator it is running in ``symbolic_convert.tls.current_tx`` and the
+    backend in its ``output.compiler_fn``, wrapped by ``WrapBackendDebug`` (``_torchdynamo_orig_backend``),
+    ``torch.compile``'s ``_TorchCompileWrapper`` (``compiler_fn``) and, under DDP, the
+    ``DDPOptimizer``'s ``compile_fn`` (its ``backend_compile_fn``) (2.8, 2.11, 2.14). Without it, what
+    nvtx_regions does while Dynamo traces (the user's markers kept in the graph, ``record_function``
+    captured) would change every other model's ``torch.compile`` too."""
+    tx = _translator()
+    backend = None if tx is None else getattr(tx.output, "compiler_fn", None)
+    for _ in range(8):  # a few wrappers deep at most
+        inner = getattr(backend, "_torchdynamo_orig_backend", None)
+        if inner is None and type(backend).__name__ == "_TorchCompileWrapper":
+            inner = backend.compiler_fn
+        if inner is None and getattr(backend, "__name__", None) == "compile_fn":
+            inner = getattr(getattr(backend, "__self__", None), "backend_compile_fn", None)
+        if inner is None:
+            return backend
+        backend = inner
+    return backend
