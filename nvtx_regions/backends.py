@@ -116,7 +116,7 @@ def compile(
         arguments["transforms"] = [*(arguments.get("transforms") or ()), ours]
         jitted = thunder_module.jit(model, **arguments)
         compiled_by(ours, jitted)  # so that the exit warning can tell thunder's failure from a misplaced transform
-        setattr(jitted, HANDLE, ours)  # what nvtx_regions.explain(jitted) reads, as on every backend
+        _hang(jitted, ours)
         return jitted
     import torch
 
@@ -128,9 +128,15 @@ def compile(
     tree = model if isinstance(model, torch.nn.Module) else None
     compiler = NvtxInductor(select, spec=spec, domain=domain, strict=strict, options=options, model=tree, emit=emit)
     compiled = torch.compile(model, backend=compiler, **arguments)
-    # So that nvtx_regions.explain(compiled) finds the graphs it placed ranges in.
-    setattr(compiled, HANDLE, compiler)
+    _hang(compiled, compiler)
     return compiled
+
+
+def _hang(compiled: Any, handle: Any) -> None:
+    """Put `handle` on what `compile` returns, never on the user's model: ``OptimizedModule`` (and
+    thunder's module) forward ``setattr`` to the model they wrap, so a second compile of the same
+    model would otherwise give the first one's result the second one's handle."""
+    object.__setattr__(compiled, HANDLE, handle)
 
 
 def steps(iterable: Iterable[T], *, domain: str | None = DEFAULT_DOMAIN, emit: Any = None) -> Iterator[T]:

@@ -146,6 +146,13 @@ def test_the_recompile_limit_is_not_silent(monkeypatch, tmp_path):
     ours = [str(w.message) for w in seen if issubclass(w.category, NvtxRegionsWarning) and "recompile_limit" in str(w.message)]
     assert len(ours) == 1, [str(w.message) for w in seen]
     assert "torch._dynamo.config.recompile_limit (1)" in ours[0] and "recompile_limit = N" in ours[0]
+    # Another function past the limit, compiled by a plain torch.compile: not ours to speak of.
+    plain = torch.compile(lambda x: x.sin() * 2, backend="eager", dynamic=False)
+    with warnings.catch_warnings(record=True) as seen, torch._dynamo.config.patch(recompile_limit=1):
+        warnings.simplefilter("always")
+        for rows in (1, 2, 3):
+            plain(torch.randn(rows, 4))
+    assert not [w for w in seen if issubclass(w.category, NvtxRegionsWarning)], [str(w.message) for w in seen]
     torch._dynamo.reset()
 
 

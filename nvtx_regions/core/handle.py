@@ -6,7 +6,8 @@ Each backend's object is a `SpecHandle`: `EagerAnnotation` (eager's hooks), `Nvt
 `nvtx_regions.explain` reads. Each one holds its spec compiled for its backend and its NVTX
 domain; its gates read the one step clock (`runtime.clock`); what a call that raises leaves open
 is closed by the one runtime of its kind (`runtime.ranges` for generated code, `runtime.hook_ranges`
-for hooks); and `explain()` says what each rule selects in what the backend compiled.
+for hooks); `explain()` says what each rule selects in what the backend compiled; and `remove()`
+ends its ranges.
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ class SpecHandle(abc.ABC):
     def explain(self, select: str | None = None, *, spec: str | os.PathLike[str] | None = None, max_ops: int = 12) -> Any:
         """What each rule of this spec (or of `select`/`spec`) selects in what the backend compiled:
         an `Explanation`."""
+
+    @abc.abstractmethod
+    def remove(self) -> None:
+        """From now on, no range of this handle is emitted, on any thread; what it installed for this
+        model comes off. Removing twice is harmless."""
 
 
 def handle_of(target: Any) -> SpecHandle | None:

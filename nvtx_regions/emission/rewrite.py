@@ -111,10 +111,10 @@ def annotate_trace(
     domain: Domain,
     op_message: Callable[[int, BoundSymbol], str],
     domain_of: Callable[[Any], Domain] | None = None,
-) -> tuple[TraceCtx, list[tuple[int | None, str]]]:
-    """`trace` with the ranges of `plan` (which must not be empty), and the
+) -> tuple[TraceCtx, list[tuple[int | None, str]], GeneratedRanges]:
+    """`trace` with the ranges of `plan` (which must not be empty), the
     (depth, message) of each range in push order (depth within its NVTX domain;
-    None: a start/end range).
+    None: a start/end range), and the ranges' runtime.
 
     `op_message(index, bsym)` is the message of a per-op range around bound symbol `index`.
     `domain` is the transform's own domain; `domain_of(name)` gives the `Domain` of a user's
@@ -241,4 +241,4 @@ def annotate_trace(
         new_bsyms.extend(ends[number] for number in after.get(index, ()))
     annotated = from_trace(trace)
     annotated.bound_symbols = new_bsyms
-    return annotated, emitted
+    return annotated, emitted, runtime

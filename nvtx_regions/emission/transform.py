@@ -46,6 +46,7 @@ from .nothing_selected import NothingSelectedCheck
 from .rewrite import annotate_trace
 from ..runtime.clock import watch_step_gates
 from ..runtime.domain import Domain
+from ..runtime.ranges import GeneratedRanges
 from ..runtime.sinks import NVTX_ONLY, chosen_sinks
 
 MESSAGE_STYLES = ("python", "module")
@@ -154,6 +155,8 @@ class NvtxProfileTransform(Transform, SpecHandle):
         self._nothing_selected = NothingSelectedCheck(self.compiled, strict=self.strict)
         self._last_forward: TraceView | None = None
         self._copied = False  # set when this configuration is copied or pickled
+        self._runtimes: weakref.WeakSet[GeneratedRanges] = weakref.WeakSet()  # of the traces annotated
+        self.removed = False
         _created.add(self)
 
     @property
@@ -217,11 +220,12 @@ class NvtxProfileTransform(Transform, SpecHandle):
         plan = make_plan(self.compiled, view, self.domain_name)
         if view.phase == "forward" and view.marker_log is not None and view.marker_log.open:
             _warn_left_open(view.marker_log.open, plan)
-        if plan.empty:
+        if plan.empty or self.removed:
             result, emitted = trace, []
         else:
             op_message = functools.partial(self._op_message, view)
-            result, emitted = annotate_trace(trace, plan, self.compiled, self.domain, op_message, self._domain_of)
+            result, emitted, runtime = annotate_trace(trace, plan, self.compiled, self.domain, op_message, self._domain_of)
+            self._runtimes.add(runtime)
         seconds = time.perf_counter() - started
         if result is not trace:
             result.set_provenance(
@@ -237,6 +241,13 @@ class NvtxProfileTransform(Transform, SpecHandle):
         )
         self._nothing_selected.add(view, plan, augmented_forward=TraceTag.AUGMENTED_FORWARD in trace.tags)
         return result
+
+    def remove(self) -> None:
+        """Emit no range from now on: the traces annotated so far run on without theirs, and traces
+        transformed from now on are left as they are. Removing twice is harmless."""
+        self.removed = True
+        for runtime in list(self._runtimes):
+            runtime.silence()
 
     def check(self) -> None:
         """Report rules that selected nothing in any trace this transform has seen.

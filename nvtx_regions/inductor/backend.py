@@ -128,6 +128,8 @@ class NvtxInductor(SpecHandle):
     compiled frame's module. `graphs` lists what was placed.
     """
 
+    keeps_user_markers = True  # Dynamo keeps the user's markers in what it traces for us (`compiled_markers`)
+
     def __init__(
         self,
         select: str | None = None,
@@ -165,6 +167,7 @@ class NvtxInductor(SpecHandle):
         self._lock = threading.Lock()
         self._warned = False
         self._model = model
+        self.removed = False
         self._said: set[str] = set()  # what was already warned about (once each)
         self.notes: list[str] = []  # what those warnings said: what got no range, and why
         self._first_calls: set[int] = set()  # the graphs called at least once
@@ -200,7 +203,11 @@ class NvtxInductor(SpecHandle):
         `mode` and `options` are what ``torch.compile(backend=..., mode=, options=)`` passes on;
         `options` adds to (and overrides) the constructor's.
         """
+        if self.removed:  # Inductor's compile, nothing placed (the user's markers are dropped)
+            patches = {**internals.mode_options(mode), **self.options, **(options or {})}
+            return internals.compile_fx(gm, example_inputs, config_patches=patches)
         internals.install()
+        dynamo_events.compiled_for_us()
         taken = marker_nodes.take_markers(gm)
         for problem in taken.problems:
             self._say(
@@ -235,6 +242,18 @@ class NvtxInductor(SpecHandle):
             frame = None
         before = None if frame is None else functools.partial(self._before, frame)
         return dynamo.around(compiled, before, functools.partial(self._after, number))
+
+    def remove(self) -> None:
+        """Emit no range from now on: the wrappers compiled for this backend run on without theirs
+        (unless another `NvtxInductor` alive, of the same spec and model, shares them: its key), its
+        hooks on the calls outside every graph come off, and graphs compiled from now on get none.
+        Nothing more is said at exit. Removing twice is harmless."""
+        if self.removed:
+            return
+        self.removed = True
+        loaded.release(self)
+        if self._outside is not None:
+            self._outside.remove()
 
     def _before(self, frame: FrameRoot, args: tuple[Any, ...]) -> str | None:
         """Before a call of a graph whose code serves several module instances: the one it runs for."""

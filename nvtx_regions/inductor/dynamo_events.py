@@ -13,9 +13,18 @@ from ..core.errors import NvtxRegionsWarning
 from ..internals import compiled_markers, dynamo
 from ..internals.frames import outside_package
 
-__all__ = ["watch"]
+__all__ = ["watch", "compiled_for_us"]
 
 _limits_said: set[str] = set()
+_ours: set[str] = set()  # the functions Dynamo compiled for an NvtxInductor, as Dynamo names them
+
+
+def compiled_for_us() -> None:
+    """Note the function whose frame Dynamo compiles now for an `NvtxInductor` (called by the
+    backend): only its recompile limit is ours to speak of."""
+    function = dynamo.traced_function()
+    if function is not None:
+        _ours.add(function)
 
 
 def watch() -> None:
@@ -42,9 +51,10 @@ def _record_function_dropped(function: str) -> None:
 
 def _recompile_limit_hit(limit: str, value: Any, function: str) -> None:
     """Dynamo stopped compiling `function` (`internals.dynamo.recompile_limit_hits`, watched once an
-    `NvtxInductor` exists): say so once per function, since its calls now run uncompiled, without
-    the ranges of its graphs."""
-    if function in _limits_said:
+    `NvtxInductor` exists): where it compiled that function for an `NvtxInductor`, say so once per
+    function, since its calls now run uncompiled, without the ranges of its graphs. Other code's
+    recompiles are not ours to speak of."""
+    if function in _limits_said or function not in _ours:
         return
     _limits_said.add(function)
     warnings.warn(

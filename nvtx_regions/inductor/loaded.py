@@ -3,7 +3,8 @@
 A wrapper's header names its backend by the backend's cache key: the same
 text in every process, so a wrapper Inductor's cache serves reaches the
 backend of this process with that key. While a backend compiles, it is the
-one told first (two backends of the same spec and model share a key).
+one told first (two backends of the same spec and model share a key). The
+wrappers' ranges are kept per key, weakly, for `release`.
 """
 
 from __future__ import annotations
@@ -12,15 +13,18 @@ import threading
 import weakref
 from typing import Any
 
-__all__ = ["register", "backends", "compiling_as", "current_number", "graph_loaded"]
+__all__ = ["register", "backends", "compiling_as", "current_number", "graph_loaded", "release"]
 
 _backends: "weakref.WeakValueDictionary[str, Any]" = weakref.WeakValueDictionary()
+_alive: "weakref.WeakSet[Any]" = weakref.WeakSet()  # every backend registered, while it lives
+_ranges: "dict[str, weakref.WeakSet[Any]]" = {}  # per key: the runtimes of its loaded wrappers
 _compiling = threading.local()
 
 
 def register(key: str, backend: Any) -> None:
     """`backend` (with a ``_loaded(report)`` method) is told of the wrappers whose header names `key`."""
     _backends[key] = backend
+    _alive.add(backend)
 
 
 def backends() -> list[Any]:
@@ -28,13 +32,29 @@ def backends() -> list[Any]:
     return list(_backends.values())
 
 
-def graph_loaded(report: tuple) -> None:
-    """Tell the backend of `report` (its first item is the backend's key) that its wrapper loaded."""
+def graph_loaded(report: tuple, ranges: Any) -> None:
+    """Tell the backend of `report` (its first item is the backend's key) that its wrapper loaded,
+    with `ranges`, its runtime (`runtime.ranges.GeneratedRanges`)."""
     key = report[0]
+    _ranges.setdefault(key, weakref.WeakSet()).add(ranges)
     current = getattr(_compiling, "backend", None)
     backend = current if current is not None and current.cache_key == key else _backends.get(key)
     if backend is not None:
         backend._loaded(report)
+
+
+def release(backend: Any) -> None:
+    """`backend` is removed: unless another backend alive and not removed has its key, the wrappers
+    loaded for that key emit no range from now on (`GeneratedRanges.silence`)."""
+    _alive.discard(backend)
+    if _backends.get(backend.cache_key) is backend:
+        del _backends[backend.cache_key]
+    others = [b for b in _alive if b.cache_key == backend.cache_key]
+    if others:
+        _backends[backend.cache_key] = others[-1]
+        return
+    for ranges in list(_ranges.pop(backend.cache_key, ())):
+        ranges.silence()
 
 
 def current_number(backend: Any, default: int) -> int:

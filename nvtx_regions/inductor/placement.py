@@ -223,7 +223,7 @@ def placement(
         *sinks_line,
         *targets_lines,
         ")",
-        f"globals().update({NAMES.ranges}.globals())  # {NAMES.domain}, nvtx_regions_push, nvtx_regions_attr_N, ...",
+        f"{NAMES.ranges}.install(globals())  # {NAMES.domain}, nvtx_regions_push, nvtx_regions_attr_N, ...",
     ]
     return Placement(
         {index: [text for text, *_ in found] for index, found in before.items()},

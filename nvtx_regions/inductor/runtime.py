@@ -10,7 +10,7 @@ A wrapper's header reads::
         [('push', 0, 0), ('pop', 0, 0), ...],       # the lines placed in ``call``, in order: kind, range, group
         [None],                                     # per group: its gates, or None
     )
-    globals().update(nvtx_regions_ranges.globals())  # nvtx_regions_push, nvtx_regions_attr_0, ...
+    nvtx_regions_ranges.install(globals())  # nvtx_regions_push, nvtx_regions_attr_0, ...
 
 so code that Inductor's cache hands to another process builds the same
 ranges there. Ranges that go to another NVTX domain or sink (the user's own
@@ -101,8 +101,6 @@ def graph_ranges(
     ranges go (`runtime.sinks`). `targets`: the domains and sinks of ranges that go elsewhere (the
     user's own markers, in their own domain and sink), the first being (`domain`, `sinks`), and
     `group_targets` each group's."""
-    if graph is not None:
-        graph_loaded(graph)
     domains = [Domain(name, tuple(its_sinks)) for name, its_sinks in (targets or [(domain, tuple(sinks))])]
     of_group = list(group_targets or [0] * len(gates))
     groups = []
@@ -123,11 +121,14 @@ def graph_ranges(
             for name, messages in instances.items()
         }
     started = {number: NAMES.started(number) for kind, number, _ in lines if kind == "start"}
-    return GeneratedRanges(
+    runtime = GeneratedRanges(
         groups, [Line(kind, number, group) for kind, number, group in lines], attributes=attributes,
         attribute_names=[NAMES.attributes(n) for n in range(len(ranges))], started_names=started,
         gates_name=NAMES.gates, global_name=NAMES.ranges, instances=by_instance,
     )  # fmt: skip
+    if graph is not None:
+        graph_loaded(graph, runtime)
+    return runtime
 
 
 def gate_text(gate: frozenset[Gate] | None) -> GateText | None:

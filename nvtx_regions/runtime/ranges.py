@@ -31,6 +31,7 @@ the call is kept.
 from __future__ import annotations
 
 import functools
+import inspect
 import threading
 import warnings
 from dataclasses import dataclass
@@ -108,6 +109,8 @@ class GeneratedRanges:
         self._gated = [n for n, g in enumerate(self.groups) if g.gate is not None or instances is not None]
         self._gates: dict[tuple[bool, ...], Any] = {}
         self._placed: dict[Any, list[tuple[int, Line]]] = {}  # per code object of the function
+        self._namespaces: list[dict[str, Any]] = []  # the generated code's globals (`install`, `guard`)
+        self.silenced = False
         slots = tuple(name for n in self._gated for name in self._names(n))
         if instances is not None:
             slots += self.attribute_names
@@ -132,6 +135,23 @@ class GeneratedRanges:
                 values[name] = attributes
         return values
 
+    def install(self, namespace: dict[str, Any]) -> None:
+        """Put `globals` into `namespace`, the generated code's globals, where `silence` finds them."""
+        namespace.update(self.globals())
+        self._namespaces.append(namespace)
+
+    def silence(self) -> None:
+        """From now on the function emits no range (see the module doc)."""
+        self.silenced = True
+        self._gates.clear()
+        self.calls = tuple(SKIPPED for _ in self.groups)
+        for namespace in self._namespaces:
+            for number, group in enumerate(self.groups):
+                if number not in self._gated:
+                    for name, function in zip((group.push, group.pop, group.start, group.end), _functions(SKIPPED)):
+                        if name:
+                            namespace[name] = function
+
     # -- per call --------------------------------------------------------------
 
     def enter(self) -> Any:
@@ -144,7 +164,7 @@ class GeneratedRanges:
             _instance.name = None
             if instance not in self.instances:
                 instance = None
-        known = self.instances is None or instance is not None
+        known = not self.silenced and (self.instances is None or instance is not None)
         key = (instance, *(known and self._is_on(self.groups[n], instance, rank, step) for n in self._gated))
         gates = self._gates.get(key)
         if gates is None:
@@ -165,6 +185,9 @@ class GeneratedRanges:
 
     def guard(self, function: Callable[..., Any]) -> Callable[..., Any]:
         """`function` (the generated one, or what wraps it), closing what a call that raises left open."""
+        namespace = getattr(inspect.unwrap(function), "__globals__", None)
+        if namespace is not None:
+            self._namespaces.append(namespace)
 
         @functools.wraps(function)
         def guarded(*args: Any, **kwargs: Any) -> Any:
