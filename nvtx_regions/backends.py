@@ -31,7 +31,9 @@ measured ones, the same way for every backend.
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import Any, TypeVar
 
 from .core.handle import HANDLE
@@ -120,16 +122,48 @@ def compile(
         return jitted
     import torch
 
-    from .inductor import NvtxInductor
-
     arguments = dict(inductor or {})
     options = arguments.pop("options", None)
     # A function (torch.compile takes those too) has no module tree of its own to name paths by.
     tree = model if isinstance(model, torch.nn.Module) else None
-    compiler = NvtxInductor(select, spec=spec, domain=domain, strict=strict, options=options, model=tree, emit=emit)
+    compiler = _shared_backend(tree, select, spec=spec, domain=domain, strict=strict, options=options, emit=emit)
     compiled = torch.compile(model, backend=compiler, **arguments)
     _hang(compiled, compiler)
     return compiled
+
+
+# The backends `compile` made, weakly, by what they were made with: models of one structure compiled
+# with the same spec and options share one, so Dynamo reuses its code for each of them, as it does
+# for a plain torch.compile, instead of compiling again per backend object (its BACKEND_MATCH guard)
+# and giving up past its recompile limit.
+_backends: "weakref.WeakValueDictionary[tuple, Any]" = weakref.WeakValueDictionary()
+
+
+def _shared_backend(model: Any, select: str | None, *, spec: Any, options: Any, **kwargs: Any) -> Any:
+    """The `NvtxInductor` for `model` (None: a function) with these arguments: one made before for a
+    model of the same structure, alive and not removed, else a new one."""
+    from .inductor import NvtxInductor
+    from .runtime.sinks import chosen_sinks
+
+    if model is None:
+        return NvtxInductor(select, spec=spec, options=options, emit=kwargs.pop("emit"), **kwargs)
+    text = None
+    if spec is not None:
+        try:
+            text = Path(spec).read_bytes()
+        except OSError:
+            text = None  # NvtxInductor says what is wrong with it
+    structure = tuple((path, type(module)) for path, module in model.named_modules())
+    sinks = chosen_sinks(kwargs["emit"], where="nvtx_regions.compile")
+    key = (select, None if spec is None else os.fspath(spec), text, kwargs["domain"], kwargs["strict"], sinks,
+           repr(sorted((options or {}).items())), structure)  # fmt: skip
+    found = _backends.get(key) if text is not None or spec is None else None
+    if found is not None and not found.removed:
+        found.adopt(model)
+        return found
+    backend = NvtxInductor(select, spec=spec, options=options, model=model, **kwargs)
+    _backends[key] = backend
+    return backend
 
 
 def _hang(compiled: Any, handle: Any) -> None:

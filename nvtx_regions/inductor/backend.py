@@ -57,6 +57,7 @@ import hashlib
 import os
 import threading
 import warnings
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -77,7 +78,7 @@ from ..selection.unselected import RuleTally
 from ..runtime.ranges import set_instance
 from ..runtime.sinks import chosen_sinks
 from .check import check_spec
-from .instances import FrameRoot, frame_root, same_class
+from .instances import FrameRoot, Models, frame_root, same_class
 from .kernels import KernelView, kernel_view, rebase, view_from_literal, view_literal
 from . import dynamo_events, loaded
 from .outside import OutsideCalls
@@ -157,16 +158,19 @@ class NvtxInductor(SpecHandle):
         self.domain = domain
         self.strict = strict
         self.options = dict(options or {})
-        self._paths = None if model is None else internals.module_paths(model)
-        # The calls that run outside every graph (a graph break) get their ranges from hooks.
-        self._outside = None if model is None else OutsideCalls(self.compiled, model, domain, self.sinks)
+        # The models compiled, weakly (`adopt`); their module paths name the ranges.
+        self._models = Models()
+        # Per model: the hooks that give its calls outside every graph (a graph break) their ranges.
+        self._outside: weakref.WeakKeyDictionary[Any, OutsideCalls] = weakref.WeakKeyDictionary()
+        self._needed: set[str] = set()  # the paths whose calls need those hooks, in every model
+        # The model's paths name the ranges too (they decide a message where the frame is a submodule's).
+        self._tree = None if model is None else _structure(model)
         self.graphs: list[PlacedGraph] = []
         self._tally = RuleTally(self.compiled)
         self._calls: dict[str, int] = {}  # Dynamo's module call keys -> call numbers
         self._graph_numbers = 0
         self._lock = threading.Lock()
         self._warned = False
-        self._model = model
         self.removed = False
         self._said: set[str] = set()  # what was already warned about (once each)
         self.notes: list[str] = []  # what those warnings said: what got no range, and why
@@ -175,11 +179,12 @@ class NvtxInductor(SpecHandle):
         self._unreported = False  # a graph loaded since the rules' selections were last said
         self._first_call: tuple[int, str | None] | None = None  # the first call's graph and instance
         text = "\n".join(render(rule) for rule in parsed.rules)
-        # The model's paths name the ranges too (they decide a message where the frame is a submodule's).
-        tree = "" if self._paths is None else "\n".join(f"{p}:{type(m).__name__}" for p, m in model.named_modules())
+        tree = self._tree or ""
         digest = hashlib.sha256(f"{build_digest()}\0{domain!r}\0{self.sinks}\0{text}\0{tree}".encode()).hexdigest()[:24]
         self.cache_key = f"nvtx_regions:{digest}"
         loaded.register(self.cache_key, self)
+        if model is not None:
+            self.adopt(model)
         dynamo_events.watch()
         for module, name, api in compiled_markers.held_before():
             self._say(
@@ -188,6 +193,34 @@ class NvtxInductor(SpecHandle):
                 "under torch.compile its calls break the graph (fullgraph=True: an error) and run outside the compiled "
                 f"code. Call it as {api}(...) instead",
             )
+
+    @property
+    def _paths(self) -> dict[str, str] | None:
+        return None if self._tree is None else self._models.paths
+
+    def adopt(self, model: Any) -> None:
+        """Compile `model` too, a model of the structure (module paths and classes) of the one this
+        backend was made for: Dynamo then reuses for it the code compiled for the others, as for a
+        plain ``torch.compile``, and its ranges are named the same. Held weakly: its hooks and names
+        go with it. Raises `ValueError` for a model of another structure."""
+        if self._tree is None or _structure(model) != self._tree:
+            raise ValueError(
+                f"{self!r}.adopt(): {type(model).__name__} has other module paths or classes than the model this "
+                "backend was made for; make a backend for it: NvtxInductor(..., model=that_model)"
+            )
+        if model in self._outside:
+            return
+        self._models.add(model)
+        outside = OutsideCalls(self.compiled, model, self.domain, self.sinks)
+        outside.need(self._needed)
+        self._outside[model] = outside
+
+    def _need(self, paths: Any) -> None:
+        """Hook the calls of `paths` outside every graph, in every model."""
+        paths = set(paths)
+        self._needed |= paths
+        for outside in list(self._outside.values()):
+            outside.need(paths)
 
     def __repr__(self) -> str:
         return f"NvtxInductor({'; '.join(render(r) for r in self.spec.rules)!r}, domain={self.domain!r})"
@@ -225,7 +258,7 @@ class NvtxInductor(SpecHandle):
             number = self._graph_numbers
             self._graph_numbers += 1
             self._carried[number] = taken.markers
-        frame = None if self._paths is None else frame_root(gm, example_inputs, self._model, self._paths)
+        frame = None if self._tree is None else frame_root(gm, example_inputs, self._models)
 
         def inner_compile(graph: Any, inputs: Any, **kwargs: Any) -> Any:
             phase = "backward" if kwargs.get("is_backward") else "forward"
@@ -252,8 +285,8 @@ class NvtxInductor(SpecHandle):
             return
         self.removed = True
         loaded.release(self)
-        if self._outside is not None:
-            self._outside.remove()
+        for outside in list(self._outside.values()):
+            outside.remove()
 
     def _before(self, frame: FrameRoot, args: tuple[Any, ...]) -> str | None:
         """Before a call of a graph whose code serves several module instances: the one it runs for."""
@@ -291,14 +324,16 @@ class NvtxInductor(SpecHandle):
         self._unreported = False
         if self._warned and not self.graphs:
             return  # no graph could hold a range (CUDA graphs, a C++ wrapper): said once already
-        if self._outside is not None:
+        outsides = list(self._outside.values())
+        if outsides:
             # What no graph holds ran outside torch.compile (or was not called): hooks from now on.
             seen = {call.path for graph in self.graphs for op in graph.view.ops if op.chain for call in op.chain}
-            self._outside.need(path for path in self._outside.selected if path and path not in seen)
+            self._need(path for path in outsides[0].selected if path and path not in seen)
             # The calls that ran outside every graph had their ranges from hooks: their rules selected.
-            for rules in self._outside.ran.values():
-                for rule in rules:
-                    self._tally.ranges[rule] = max(self._tally.ranges[rule], 1)
+            for outside in outsides:
+                for rules in outside.ran.values():
+                    for rule in rules:
+                        self._tally.ranges[rule] = max(self._tally.ranges[rule], 1)
         self._report()
 
     def _say(self, what: str, message: str) -> None:
@@ -363,8 +398,9 @@ class NvtxInductor(SpecHandle):
         view = view_from_literal(literal)
         view.name = f"graph {number} ({phase})"
         frame = None
-        if root is not None and self._model is not None:
-            modules = dict(self._model.named_modules())
+        model = self._models.any()
+        if root is not None and model is not None:
+            modules = dict(model.named_modules())
             candidates = same_class(modules, root)
             frame = FrameRoot(root, type(modules[root]).__name__ if candidates else "?", candidates)
         views = [view] if frame is None else self._views(view, frame)
@@ -373,9 +409,9 @@ class NvtxInductor(SpecHandle):
         if left_out is not None:
             views = []
             self._say(f"left out:{left_out}", self._left_out_message(root, view, left_out))
-        if frame is not None and self._outside is not None:
+        if frame is not None and self._tree is not None:
             # The root's calls span the graph break, and so do the calls of every module above it.
-            self._outside.need(p for c in frame.candidates for p in _above(c))
+            self._need(p for c in frame.candidates for p in _above(c))
         with self._lock:
             for v in views:
                 plan = make_plan(self.compiled, v, self.domain)
@@ -431,6 +467,11 @@ def _report_at_exit() -> None:
 
 
 atexit.register(_report_at_exit)
+
+def _structure(model: Any) -> str:
+    """`model`'s module paths and classes, one ``path:Class`` a line."""
+    return "\n".join(f"{p}:{type(m).__name__}" for p, m in model.named_modules())
+
 
 def _above(path: str) -> list[str]:
     """`path` and the path of every module above it, but the model's own (``""``)."""

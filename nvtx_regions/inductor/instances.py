@@ -28,12 +28,51 @@ Promises:
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from ..internals.inductor import called_module, graph_module_stacks
+from ..internals.inductor import called_module, graph_module_stacks, module_paths
 
-__all__ = ["FrameRoot", "frame_root", "same_class"]
+__all__ = ["FrameRoot", "Models", "frame_root", "same_class"]
+
+
+class Models:
+    """The models one backend compiles (several of one structure, when `nvtx_regions.compile` shares
+    its backend), each held weakly: their module paths by Dynamo's module key, and their parameters'
+    and buffers' names by the tensor's id, for every model alive."""
+
+    def __init__(self) -> None:
+        self._models: weakref.WeakSet[Any] = weakref.WeakSet()
+        self.paths: dict[str, str] = {}  # Dynamo's module key -> path (`internals.inductor.module_paths`)
+        self.tensors: dict[int, str] = {}  # id of a parameter or buffer -> its name in its model
+
+    def add(self, model: Any) -> None:
+        if model in self._models:
+            return
+        self._models.add(model)
+        paths = module_paths(model)
+        tensors = {id(t): name for name, t in (*model.named_parameters(), *model.named_buffers())}
+        self.paths.update(paths)
+        self.tensors.update(tensors)
+        weakref.finalize(model, self._forget, paths, tensors)
+
+    def _forget(self, paths: dict[str, str], tensors: dict[int, str]) -> None:
+        # A dead model's ids may be reused: keep only what a model alive says.
+        for key in paths:
+            self.paths.pop(key, None)
+        for key in tensors:
+            self.tensors.pop(key, None)
+        for model in self._models:
+            self.paths.update(module_paths(model))
+            self.tensors.update({id(t): n for n, t in (*model.named_parameters(), *model.named_buffers())})
+
+    def any(self) -> Any:
+        """A model alive (they share one structure), or None."""
+        return next(iter(self._models), None)
+
+    def __iter__(self) -> Any:
+        return iter(list(self._models))
 
 
 @dataclass(frozen=True)
@@ -44,7 +83,8 @@ class FrameRoot:
     cls: str  # its class name
     candidates: tuple[str, ...]  # every module of the model of that class (root among them)
     input_index: int | None = None  # the graph input that says which instance runs (a parameter or buffer)
-    by_tensor: dict[int, str] = field(default_factory=dict)  # id of that input's tensor in each candidate -> candidate
+    own: str = ""  # that input's name in the root module
+    tensors: dict[int, str] = field(default_factory=dict)  # `Models.tensors`, alive
     why_not: str | None = None  # why no call can be named, when so
 
     @property
@@ -53,8 +93,15 @@ class FrameRoot:
         return self.candidates == (self.root,)
 
     def instance(self, args: Sequence[Any]) -> str | None:
-        """The candidate a call with graph inputs `args` runs for; None if none is known."""
-        return self.by_tensor.get(id(args[self.input_index])) if self.input_index is not None else None
+        """The candidate a call with graph inputs `args` runs for (in whichever model it is); None if
+        none is known."""
+        if self.input_index is None:
+            return None
+        name = self.tensors.get(id(args[self.input_index]))
+        if name is None or not name.endswith("." + self.own):
+            return None
+        candidate = name[: -len(self.own) - 1]
+        return candidate if candidate in self.candidates else None
 
 
 def same_class(modules: dict[str, Any], root: str) -> tuple[str, ...]:
@@ -66,13 +113,15 @@ def same_class(modules: dict[str, Any], root: str) -> tuple[str, ...]:
     return tuple(path for path, module in modules.items() if type(module) is cls)
 
 
-def frame_root(gm: Any, example_inputs: Sequence[Any], model: Any, paths: dict[str, str]) -> FrameRoot | None:
-    """The root of `gm`'s paths when it is a submodule of `model` (see the module doc); None when the
-    graph's paths start at the model itself, or it records no module call. `paths`: the model's
-    module paths by Dynamo's module key (`internals.inductor.module_paths`)."""
+def frame_root(gm: Any, example_inputs: Sequence[Any], models: Models) -> FrameRoot | None:
+    """The root of `gm`'s paths when it is a submodule of the compiled models (see the module doc);
+    None when the graph's paths start at a model itself, or it records no module call."""
+    model = models.any()
+    if model is None:
+        return None
     roots: dict[str, None] = {}
     for key, relative in graph_module_stacks(gm):
-        full = paths.get(called_module(key))
+        full = models.paths.get(called_module(key))
         if full is None:
             continue
         if not relative:
@@ -91,15 +140,11 @@ def frame_root(gm: Any, example_inputs: Sequence[Any], model: Any, paths: dict[s
     candidates = same_class(modules, root)
     if candidates == (root,):
         return FrameRoot(root, cls.__name__, candidates)
-    tensors = {**dict(model.named_parameters()), **dict(model.named_buffers())}
-    names = {id(tensor): name for name, tensor in tensors.items()}
     for index, example in enumerate(example_inputs):
-        name = names.get(id(example))
+        name = models.tensors.get(id(example))
         if name is None or not name.startswith(root + "."):
             continue
-        own = name[len(root) + 1 :]
-        by_tensor = {id(tensors[f"{c}.{own}"]): c for c in candidates if f"{c}.{own}" in tensors}
-        return FrameRoot(root, cls.__name__, candidates, index, by_tensor)
+        return FrameRoot(root, cls.__name__, candidates, index, name[len(root) + 1 :], models.tensors)
     return FrameRoot(
         root, cls.__name__, candidates,
         why_not=f"the graph takes no parameter or buffer of {root!r} that would say which {cls.__name__} runs it",

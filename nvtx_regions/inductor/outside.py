@@ -61,7 +61,7 @@ class OutsideCalls:
         self._handles: list[Any] = []
         self._ids: list[int] = []
         self.ran: dict[str, set[int]] = {}  # module path -> the rules that gave one of its calls here a range
-        # Per module: (module, path, forward ranges, backward ranges), each range (rule, gate, attributes).
+        # Per module: (module, weakly; path, forward ranges, backward ranges), each range (rule, gate, attributes).
         targets: dict[int, tuple[Any, str, list[tuple[int, Any, Any]], list[tuple[int, Any, Any]]]] = {}
         for view in module_views(model):
             for planned in make_plan(compiled, view, domain).ranges:
@@ -70,7 +70,7 @@ class OutsideCalls:
                     continue
                 op = view.ops[planned.start]
                 attributes = self.domain.attributes(planned.label, color=rule_color(rule.number), category=rule_category(rule.rule))
-                target = targets.setdefault(op.index, (op.module, op.path, [], []))
+                target = targets.setdefault(op.index, (weakref.ref(op.module), op.path, [], []))
                 target[2 if view.phase == "forward" else 3].append((rule.number, planned.gate, attributes))
         self._targets = {path: (module, path, forward, backward) for module, path, forward, backward in targets.values()}
         self.hooked: set[str] = set()
@@ -86,7 +86,9 @@ class OutsideCalls:
             target = self._targets.get(path)
             if target is None or path in self.hooked:
                 continue
-            module = target[0]
+            module = target[0]()
+            if module is None:
+                continue
             self.hooked.add(path)
             for function in (_pre_hook, _post_hook, *BACKWARD_HOOK_FUNCTIONS):
                 run_outside_dynamo(function)

@@ -1,0 +1,88 @@
+"""The loops people run, under Inductor, named as eager names them (issue 42).
+
+- Many models of one class in one process (a sweep, a notebook, an evaluation loop), each through
+  `nvtx_regions.compile` with the same spec: Dynamo compiles once for all of them, as for a plain
+  ``torch.compile``; every one gets eager's ranges; none stays alive after ``del``.
+"""
+
+from __future__ import annotations
+
+import gc
+import warnings
+import weakref
+
+import pytest
+import torch
+
+import nvtx_regions
+
+SPEC = "each module <blocks.*>"
+
+
+class Block(torch.nn.Module):
+    def __init__(self, graph_break: bool = False) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+        self.graph_break = graph_break
+
+    def forward(self, x):
+        x = self.fc(x)
+        if self.graph_break:
+            torch._dynamo.graph_break()
+        return torch.relu(x)
+
+
+class Net(torch.nn.Module):
+    def __init__(self, graph_break: bool = False) -> None:
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([Block(graph_break), Block(graph_break)])
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+def _ranges(events, domain="nvtx_regions"):
+    return [e.message for e in events if e.kind == "push" and e.domain == domain]
+
+
+def _step(model):
+    model(torch.randn(2, 8)).sum().backward()
+
+
+def _graphs() -> int:
+    return torch._dynamo.utils.counters["stats"]["unique_graphs"]
+
+
+@pytest.mark.parametrize("graph_break", [False, True], ids=["whole", "graph-break"])
+def test_many_models_of_one_class_compile_once_and_each_gets_its_ranges(nvtx_capture, graph_break):
+    eager = Net(graph_break)
+    with nvtx_regions.annotate(eager, SPEC), nvtx_capture() as events:
+        _step(eager)
+    expected = _ranges(events)
+    assert expected == ["blocks.0", "blocks.1", "blocks.1 (backward)", "blocks.0 (backward)"]
+
+    torch._dynamo.reset()
+    plain_graphs = _graphs()
+    _step(torch.compile(Net(graph_break)))
+    plain_graphs = _graphs() - plain_graphs
+
+    torch._dynamo.reset()
+    before, alive, seen = _graphs(), [], []
+    for number in range(12):
+        model = Net(graph_break)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compiled = nvtx_regions.compile(model, SPEC, backend="inductor")
+            _step(compiled)  # the first model's compile step
+            with nvtx_capture() as events:
+                _step(compiled)
+        seen.append(_ranges(events))
+        alive.append(weakref.ref(model))
+        del model, compiled
+    assert _graphs() - before == plain_graphs  # compiled once for all twelve, as a plain compile is
+    assert seen == [expected] * 12
+    gc.collect()
+    assert [ref() for ref in alive] == [None] * 12
+    torch._dynamo.reset()
