@@ -129,7 +129,42 @@ def compile(
     compiler = _shared_backend(tree, select, spec=spec, domain=domain, strict=strict, options=options, emit=emit)
     compiled = torch.compile(model, backend=compiler, **arguments)
     _hang(compiled, compiler)
+    if tree is not None and callable(getattr(tree, "generate", None)):
+        object.__setattr__(compiled, "generate", _generate(tree, compiler, arguments))
     return compiled
+
+
+def _generate(model: Any, compiler: Any, arguments: dict[str, Any]) -> Any:
+    """`model.generate` (Hugging Face) with the model's ``forward`` compiled by `compiler`, as
+    Hugging Face compiles for generation (``model.forward = torch.compile(model.forward)``).
+
+    Without it, ``compiled.generate`` reaches the wrapped model's ``generate``, which calls the
+    model uncompiled: no range. Hugging Face's own compile of the forward is turned off
+    (``disable_compile=True``): it would compile around ours, and Dynamo ignores a compiled function
+    inside another's compile, ranges and all."""
+    import functools
+
+    import torch
+
+    forward = None
+
+    @functools.wraps(model.generate)
+    def generate(*args: Any, **kwargs: Any) -> Any:
+        nonlocal forward
+        if forward is None:
+            forward = torch.compile(model.forward, backend=compiler, **arguments)
+        kwargs.setdefault("disable_compile", True)
+        own = vars(model).get("forward")
+        model.forward = forward
+        try:
+            return model.generate(*args, **kwargs)
+        finally:
+            if own is None:
+                del model.forward
+            else:
+                model.forward = own
+
+    return generate
 
 
 # The backends `compile` made, weakly, by what they were made with: models of one structure compiled

@@ -3,6 +3,8 @@
 - Many models of one class in one process (a sweep, a notebook, an evaluation loop), each through
   `nvtx_regions.compile` with the same spec: Dynamo compiles once for all of them, as for a plain
   ``torch.compile``; every one gets eager's ranges; none stays alive after ``del``.
+- Hugging Face ``generate`` on what `nvtx_regions.compile` returned: each layer's range once per
+  token, as eager gives it, and the same tokens.
 """
 
 from __future__ import annotations
@@ -86,3 +88,28 @@ def test_many_models_of_one_class_compile_once_and_each_gets_its_ranges(nvtx_cap
     gc.collect()
     assert [ref() for ref in alive] == [None] * 12
     torch._dynamo.reset()
+
+
+@pytest.mark.slow
+def test_generate_gives_each_layer_its_range_per_token_as_eager_does(nvtx_capture):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2)  # fmt: skip
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).eval()
+    prompt = torch.randint(0, 128, (1, 6))
+    options = dict(max_new_tokens=3, do_sample=False, cache_implementation="static", pad_token_id=0)
+    spec = "each module <model.layers.*>"
+    with nvtx_regions.annotate(model, spec), nvtx_capture() as events:
+        expected_tokens = model.generate(prompt, **options)
+    expected = _ranges(events)
+    assert expected == ["model.layers.0", "model.layers.1"] * 3  # the prompt's token, and two more
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compiled = nvtx_regions.compile(model, spec, backend="inductor")
+        with nvtx_capture() as events:
+            tokens = compiled.generate(prompt, **options)
+    assert _ranges(events) == expected
+    assert torch.equal(tokens, expected_tokens)
+    assert "forward" not in vars(model)  # the model is as it was
