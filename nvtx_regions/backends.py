@@ -178,6 +178,7 @@ def _shared_backend(model: Any, select: str | None, *, spec: Any, options: Any, 
     """The `NvtxInductor` for `model` (None: a function) with these arguments: one made before for a
     model of the same structure, alive and not removed, else a new one."""
     from .inductor import NvtxInductor
+    from .internals.inductor import model_modules
     from .runtime.sinks import chosen_sinks
 
     if model is None:
@@ -188,7 +189,7 @@ def _shared_backend(model: Any, select: str | None, *, spec: Any, options: Any, 
             text = Path(spec).read_bytes()
         except OSError:
             text = None  # NvtxInductor says what is wrong with it
-    structure = tuple((path, type(module)) for path, module in model.named_modules())
+    structure = tuple((path, type(module)) for path, module in model_modules(model))
     sinks = chosen_sinks(kwargs["emit"], where="nvtx_regions.compile")
     key = (select, None if spec is None else os.fspath(spec), text, kwargs["domain"], kwargs["strict"], sinks,
            repr(sorted((options or {}).items())), structure)  # fmt: skip

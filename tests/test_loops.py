@@ -5,6 +5,11 @@
   ``torch.compile``; every one gets eager's ranges; none stays alive after ``del``.
 - Hugging Face ``generate`` on what `nvtx_regions.compile` returned: each layer's range once per
   token, as eager gives it, and the same tokens.
+- Layer by layer (one backend, a backend per layer, torchtitan's replacement): eager's names,
+  counts and order in every step, the first included.
+- Activation checkpointing (``torch.utils.checkpoint``, reentrant or not; Hugging Face's, whole
+  model and layer by layer): the recompute is not a forward call, on either backend; each module's
+  forward range counts once a step.
 """
 
 from __future__ import annotations
@@ -113,3 +118,131 @@ def test_generate_gives_each_layer_its_range_per_token_as_eager_does(nvtx_captur
     assert _ranges(events) == expected
     assert torch.equal(tokens, expected_tokens)
     assert "forward" not in vars(model)  # the model is as it was
+
+
+def _tiny_llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2)  # fmt: skip
+    torch.manual_seed(0)
+    return LlamaForCausalLM(config)
+
+
+def _llama_steps(model, nvtx_capture, steps=3):
+    seen = []
+    torch.manual_seed(1)
+    for _ in range(steps):
+        ids = torch.randint(0, 128, (2, 8))
+        with nvtx_capture() as events:
+            model(input_ids=ids, labels=ids).loss.backward()
+        seen.append(_ranges(events))
+    return seen
+
+
+LAYER_SPEC = "each module <model.layers.*>\neach class <LlamaMLP>"
+
+
+def _compile_layers(model, way):
+    from nvtx_regions.inductor import NvtxInductor
+
+    layers = model.model.layers
+    if way == "one backend":
+        backend = NvtxInductor(LAYER_SPEC, model=model)
+        for layer in layers:
+            layer.compile(backend=backend)
+    elif way == "a backend per layer":
+        for layer in layers:
+            layer.compile(backend=NvtxInductor(LAYER_SPEC, model=model))
+    else:  # torchtitan's apply_compile: the layer replaced by what torch.compile returns
+        backend = NvtxInductor(LAYER_SPEC, model=model)
+        for number, layer in enumerate(list(layers)):
+            layers[number] = torch.compile(layer, backend=backend)
+        return backend
+    return None
+
+
+@pytest.mark.parametrize("way", ["one backend", "a backend per layer", "torchtitan"])
+def test_layer_by_layer_compile_gives_eager_names_from_the_first_step(nvtx_capture, way):
+    eager = _tiny_llama()
+    with nvtx_regions.annotate(eager, LAYER_SPEC):
+        expected = _llama_steps(eager, nvtx_capture)
+    assert expected[0] == [
+        "model.layers.0", "model.layers.0.mlp", "model.layers.1", "model.layers.1.mlp",
+        "model.layers.1 (backward)", "model.layers.1.mlp (backward)", "model.layers.0 (backward)", "model.layers.0.mlp (backward)",
+    ]  # fmt: skip
+    model = _tiny_llama()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        backend = _compile_layers(model, way)
+        assert _llama_steps(model, nvtx_capture) == expected  # names, counts and order, step 0 too
+    assert not [str(w.message) for w in caught if issubclass(w.category, nvtx_regions.NvtxRegionsWarning)]
+    if backend is not None:  # what explain says is what ran, the layers' own ranges too
+        text = str(backend.explain())
+        assert "model.layers.1: kernels" in text and "model.layers.0._orig_mod" not in text, text
+    torch._dynamo.reset()
+
+
+class CheckpointedNet(torch.nn.Module):
+    def __init__(self, reentrant: bool) -> None:
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([Block(), Block()])
+        self.reentrant = reentrant
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=self.reentrant)
+        return x
+
+
+def _checkpointed_steps(model, nvtx_capture, steps=2):
+    seen = []
+    for _ in range(steps):
+        with nvtx_capture() as events:
+            model(torch.randn(2, 8, requires_grad=True)).sum().backward()
+        seen.append(_ranges(events))
+    return seen
+
+
+@pytest.mark.parametrize("reentrant", [False, True], ids=["non-reentrant", "reentrant"])
+def test_activation_checkpointing_recompute_is_not_a_forward_call(nvtx_capture, reentrant):
+    spec = "each module <blocks.*>\neach class <Linear>"
+    expected = [
+        "blocks.0", "blocks.0.fc", "blocks.1", "blocks.1.fc",
+        "blocks.1 (backward)", "blocks.1.fc (backward)", "blocks.0 (backward)", "blocks.0.fc (backward)",
+    ]  # fmt: skip
+    eager = CheckpointedNet(reentrant)
+    with nvtx_regions.annotate(eager, spec):
+        assert _checkpointed_steps(eager, nvtx_capture) == [expected] * 2  # each forward once a step
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compiled = nvtx_regions.compile(CheckpointedNet(reentrant), spec, backend="inductor")
+        assert _checkpointed_steps(compiled, nvtx_capture) == [expected] * 2
+    torch._dynamo.reset()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("way", ["eager", "whole model", "layer by layer"])
+def test_hugging_face_gradient_checkpointing_gives_eager_names(nvtx_capture, way):
+    from nvtx_regions.inductor import NvtxInductor
+
+    model = _tiny_llama()
+    model.train()
+    model.gradient_checkpointing_enable()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if way == "eager":
+            nvtx_regions.annotate(model, LAYER_SPEC)
+        elif way == "whole model":
+            model = nvtx_regions.compile(model, LAYER_SPEC, backend="inductor")
+        else:
+            backend = NvtxInductor(LAYER_SPEC, model=model)
+            for layer in model.model.layers:
+                layer.compile(backend=backend)
+        seen = _llama_steps(model, nvtx_capture, steps=2)
+    expected = [
+        "model.layers.0", "model.layers.0.mlp", "model.layers.1", "model.layers.1.mlp",
+        "model.layers.1 (backward)", "model.layers.1.mlp (backward)", "model.layers.0 (backward)", "model.layers.0.mlp (backward)",
+    ]  # fmt: skip
+    assert seen == [expected] * 2
+    torch._dynamo.reset()

@@ -252,6 +252,7 @@ class EagerAnnotation(SpecHandle):
         attributes = [attributes for _, attributes in forward]
         backward_attributes = [attributes for _, attributes in backward]
         plain = target.plain_entry
+        in_backward = ranges.autograd.graph_task_id
         # One range, the usual case, is pushed without a loop: in a training step, where the
         # hooks run among much other code, a loop measured about 1 us a call (eager_hooks.py).
         one = len(attributes) == 1
@@ -266,6 +267,13 @@ class EagerAnnotation(SpecHandle):
                 stack = stack_of()
             if gated:
                 self._gated_pre_hook(stack, key, forward, backward, args, kwargs)
+                return
+            if in_backward() != -1:
+                # Activation checkpointing recomputes the forward inside the backward: not a forward
+                # call (Inductor's graphs recompute it inside the backward's kernels). A reentrant
+                # checkpoint's backward runs through this call's graph: its backward range stays.
+                call = new_call(ranges, backward_attributes, args, kwargs) if backward and grad_enabled() else None
+                stack.append((key, 0, -1, call))
                 return
             if one:
                 push(first, domain)
@@ -285,7 +293,8 @@ class EagerAnnotation(SpecHandle):
         open_rules, call = self._open_rules, None
         if backward and self._grad_enabled():
             call = BackwardCall(self._ranges, [a for index, a in backward if open_rules[index]], args, kwargs)
-        stack.append((key, self._push(forward), -1, call))
+        recompute = self._ranges.autograd.graph_task_id() != -1  # activation checkpointing (see the pre-hook)
+        stack.append((key, 0 if recompute else self._push(forward), -1, call))
 
     def _post_hook(self, target: _Target) -> Callable[..., None]:
         owner, key, ranges = target.module, id(target.module), self._ranges

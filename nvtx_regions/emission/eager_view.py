@@ -28,6 +28,7 @@ from typing import Any, Sequence
 
 from ..core.calls import Chain, ModuleCall
 from ..core.naming import module_call_name
+from ..internals.inductor_origins import model_modules
 from ..selection.view import ChainView, Phase
 
 __all__ = ["ModuleOp", "ModuleView", "module_views"]
@@ -72,7 +73,7 @@ def module_views(model: Any) -> tuple[ModuleView, ModuleView]:
     ops: list[ModuleOp] = []
     classes: dict[str, str] = {}
     chains: dict[str, Chain] = {}
-    for index, (path, module) in enumerate(model.named_modules()):
+    for index, (path, module) in enumerate(model_modules(model)):
         cls = type(module).__name__
         classes[path] = cls
         # The nearest module above it: named_modules() lists it first (a shared

@@ -75,11 +75,11 @@ from ..runtime.clock import watch_step_gates
 from ..language.tree import render
 from ..selection.plan import Plan, make_plan
 from ..selection.unselected import RuleTally
-from ..runtime.ranges import set_instance
+from ..runtime.ranges import pending_instance, set_instance
 from ..runtime.sinks import chosen_sinks
 from .check import check_spec
 from .instances import FrameRoot, Models, frame_root, same_class
-from .kernels import KernelView, kernel_view, rebase, view_from_literal, view_literal
+from .kernels import KernelView, inside_call, kernel_view, rebase, view_from_literal, view_literal
 from . import dynamo_events, loaded
 from .outside import OutsideCalls
 from .placement import placement
@@ -259,13 +259,15 @@ class NvtxInductor(SpecHandle):
             self._graph_numbers += 1
             self._carried[number] = taken.markers
         frame = None if self._tree is None else frame_root(gm, example_inputs, self._models)
+        # A module's call compiled on its own, to its return (`layer.compile()`): its range is in its graph.
+        whole = frame is not None and frame.why_not is None and dynamo.whole_frame(gm)
 
         def inner_compile(graph: Any, inputs: Any, **kwargs: Any) -> Any:
             phase = "backward" if kwargs.get("is_backward") else "forward"
             if self._cannot_place(kwargs, config):
                 return internals.compile_fx_inner(graph, inputs, **kwargs)
             inference = bool(kwargs.get("is_inference"))
-            place = lambda kernels: self._place(number, phase, kernels, inference, frame)  # noqa: E731
+            place = lambda kernels: self._place(number, phase, kernels, inference, frame, whole)  # noqa: E731
             with internals.placing(phase, place), loaded.compiling_as(self, number):
                 return internals.compile_fx_inner(graph, inputs, **kwargs)
 
@@ -288,27 +290,34 @@ class NvtxInductor(SpecHandle):
         for outside in list(self._outside.values()):
             outside.remove()
 
-    def _before(self, frame: FrameRoot, args: tuple[Any, ...]) -> str | None:
-        """Before a call of a graph whose code serves several module instances: the one it runs for."""
+    def _before(self, frame: FrameRoot, args: tuple[Any, ...]) -> tuple[str | None, str | None]:
+        """Before a call of a graph whose code serves several module instances: the one it runs for, and
+        the instance that was waiting for another call (a backward's, when activation checkpointing
+        recomputes this call's forward inside it), which `_after` puts back."""
         instance = frame.instance(args)
         if instance is None:
             self._say(
                 f"unknown:{frame.root}",
-                f"{self!r}: a graph of {frame.cls}.forward (compiled on its own after a graph break) ran with a "
+                f"{self!r}: a graph of {frame.cls}.forward (compiled on its own) ran with a "
                 f"parameter that belongs to no {frame.cls} of the compiled model (replaced after compiling?), so "
                 "its calls get no NVTX range: compile the model again after changing its parameters",
             )
+        waiting = pending_instance()
         set_instance(instance)
-        return instance
+        return instance, waiting
 
-    def _after(self, number: int, outputs: Any, instance: str | None) -> None:
+    def _after(self, number: int, outputs: Any, token: tuple[str | None, str | None] | None) -> None:
         """After a call of graph `number`: its backward's instance; and when to say what each rule
         selected in the graphs loaded since it was last said: at the end of the backward of a graph's
         first call, or at the next call of the very first graph called, for the same module (a step
         went by). The same moment whether Inductor compiled the graphs or its cache served them."""
+        instance, waiting = token if token is not None else (None, None)
         if instance is not None:
-            set_instance(None)
-            dynamo.on_backward(outputs, lambda: set_instance(instance))
+            set_instance(waiting)
+            if outputs is not None:
+                dynamo.on_backward(outputs, lambda: set_instance(instance))
+        if outputs is None:  # the call raised
+            return
         if number not in self._first_calls:
             self._first_calls.add(number)
             dynamo.on_backward(outputs, self._at_backward_end)
@@ -367,14 +376,17 @@ class NvtxInductor(SpecHandle):
             )
         return True
 
-    def _place(self, number: int, phase: str, kernels: list[Any], inference: bool, frame: FrameRoot | None) -> Any:
-        """The lines a wrapper gains: its ranges, and a header that reports its view as it loads."""
+    def _place(self, number: int, phase: str, kernels: list[Any], inference: bool, frame: FrameRoot | None, whole: bool) -> Any:
+        """The lines a wrapper gains: its ranges, and a header that reports its view as it loads.
+        `whole`: the graph is the whole call of `frame`'s root, whose range it then holds too."""
         view = kernel_view(kernels, phase, f"graph {number} ({phase})", self._calls, self._paths)  # type: ignore[arg-type]
         root = None if frame is None or frame.why_not is not None else frame.root
+        if whole and frame is not None:
+            view = inside_call(view, frame.root, frame.cls)
         views = self._views(view, frame)
         plans = [make_plan(self.compiled, v, self.domain) for v in views]
         left_out = frame.why_not if frame is not None else None
-        report = (self.cache_key, number, phase, inference, root, left_out, view_literal(view))
+        report = (self.cache_key, number, phase, inference, root, left_out, view_literal(view), whole)
         if left_out is not None:
             return placement(Plan(phase, view.name, (), ()), view, self.compiled, self.domain, report=report, sinks=self.sinks)  # type: ignore[arg-type]
         instances = None
@@ -393,14 +405,14 @@ class NvtxInductor(SpecHandle):
     def _loaded(self, report: tuple) -> None:
         """A wrapper of this backend's loaded (compiled now, or served by the cache): count what each
         rule selected in it, and say what was left out (see the module doc)."""
-        _, number, phase, inference, root, left_out, literal = report
+        _, number, phase, inference, root, left_out, literal, whole = report
         number = loaded.current_number(self, number)
         view = view_from_literal(literal)
         view.name = f"graph {number} ({phase})"
         frame = None
         model = self._models.any()
         if root is not None and model is not None:
-            modules = dict(model.named_modules())
+            modules = dict(internals.model_modules(model))
             candidates = same_class(modules, root)
             frame = FrameRoot(root, type(modules[root]).__name__ if candidates else "?", candidates)
         views = [view] if frame is None else self._views(view, frame)
@@ -410,8 +422,9 @@ class NvtxInductor(SpecHandle):
             views = []
             self._say(f"left out:{left_out}", self._left_out_message(root, view, left_out))
         if frame is not None and self._tree is not None:
-            # The root's calls span the graph break, and so do the calls of every module above it.
-            self._need(p for c in frame.candidates for p in _above(c))
+            # The root's calls span the graph break (unless its graph is its whole call), and so do the
+            # calls of every module above it.
+            self._need(p for c in frame.candidates for p in _above(c) if not (whole and p in frame.candidates))
         with self._lock:
             for v in views:
                 plan = make_plan(self.compiled, v, self.domain)
@@ -470,7 +483,7 @@ atexit.register(_report_at_exit)
 
 def _structure(model: Any) -> str:
     """`model`'s module paths and classes, one ``path:Class`` a line."""
-    return "\n".join(f"{p}:{type(m).__name__}" for p, m in model.named_modules())
+    return "\n".join(f"{p}:{type(m).__name__}" for p, m in internals.model_modules(model))
 
 
 def _above(path: str) -> list[str]:

@@ -32,7 +32,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from ..internals.inductor import called_module, graph_module_stacks, module_paths
+from ..internals.inductor import called_module, graph_module_stacks, model_modules, model_tensors, module_paths
 
 __all__ = ["FrameRoot", "Models", "frame_root", "same_class"]
 
@@ -52,7 +52,7 @@ class Models:
             return
         self._models.add(model)
         paths = module_paths(model)
-        tensors = {id(t): name for name, t in (*model.named_parameters(), *model.named_buffers())}
+        tensors = {id(t): name for name, t in model_tensors(model)}
         self.paths.update(paths)
         self.tensors.update(tensors)
         weakref.finalize(model, self._forget, paths, tensors)
@@ -65,7 +65,7 @@ class Models:
             self.tensors.pop(key, None)
         for model in self._models:
             self.paths.update(module_paths(model))
-            self.tensors.update({id(t): n for n, t in (*model.named_parameters(), *model.named_buffers())})
+            self.tensors.update({id(t): n for n, t in model_tensors(model)})
 
     def any(self) -> Any:
         """A model alive (they share one structure), or None."""
@@ -132,7 +132,7 @@ def frame_root(gm: Any, example_inputs: Sequence[Any], models: Models) -> FrameR
             roots["?"] = None
     if not roots or list(roots) == [""]:
         return None
-    modules = dict(model.named_modules())
+    modules = dict(model_modules(model))
     if len(roots) > 1 or "?" in roots:
         return FrameRoot("?", "?", (), why_not="its module paths do not start at one module of the compiled model")
     (root,) = roots

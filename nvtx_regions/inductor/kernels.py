@@ -55,7 +55,7 @@ from ..core.markers import Marker, MarkerStack
 from ..internals.inductor import WrapperKernel, called_module
 from ..selection.view import ChainView, Phase
 
-__all__ = ["Kernel", "KernelView", "kernel_view", "view_literal", "view_from_literal", "rebase"]
+__all__ = ["Kernel", "KernelView", "kernel_view", "view_literal", "view_from_literal", "rebase", "inside_call"]
 
 
 @dataclass(frozen=True)
@@ -196,3 +196,15 @@ def rebase(view: KernelView, root: str, instance: str, name: str) -> KernelView:
         ops.append(Kernel(op.index, op.name, op.names, chain, op.first_line, op.last_line, op.hoisted, markers=op.markers))
     classes = {_rebased(path, root, instance): cls for path, cls in view.classes.items()}
     return KernelView(ops, view.phase, name, classes)
+
+
+def inside_call(view: KernelView, root: str, cls: str) -> KernelView:
+    """`view` with every kernel inside one call of the module at `root` (of class `cls`): the graph is
+    that call's whole code, forward or backward (Dynamo compiled the module's call on its own, to its
+    return), and Dynamo records no call of the frame's own module."""
+    call = ModuleCall(root, cls, 0)
+    ops = [
+        Kernel(op.index, op.name, op.names, (call, *(op.chain or ())), op.first_line, op.last_line, op.hoisted, markers=op.markers)
+        for op in view.ops
+    ]
+    return KernelView(ops, view.phase, view.name, {root: cls, **view.classes})

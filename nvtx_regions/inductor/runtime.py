@@ -125,6 +125,7 @@ def graph_ranges(
         groups, [Line(kind, number, group) for kind, number, group in lines], attributes=attributes,
         attribute_names=[NAMES.attributes(n) for n in range(len(ranges))], started_names=started,
         gates_name=NAMES.gates, global_name=NAMES.ranges, instances=by_instance,
+        forward=by_instance is not None and graph is not None and graph[2] == "forward",
     )  # fmt: skip
     if graph is not None:
         graph_loaded(graph, runtime)

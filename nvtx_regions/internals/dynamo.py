@@ -11,13 +11,13 @@ from typing import Any, Callable
 
 __all__ = [
     "around", "on_backward", "profiler_calls_dropped", "recompile_limit_hits", "run_outside_dynamo", "tracing_for",
-    "traced_function",
+    "traced_function", "whole_frame",
 ]  # fmt: skip
 
 
 def around(compiled: Any, before: Callable[[tuple[Any, ...]], Any] | None, after: Callable[[Any, Any], None]) -> Any:
     """`compiled` (what ``compile_fx`` returned) called with `before(args)` first (unless None) and
-    `after(outputs, what before returned)` last. Dynamo calls it with the graph's inputs as
+    `after(outputs, what before returned)` last (outputs None where the call raised). Dynamo calls it with the graph's inputs as
     positional arguments (2.11, 2.14: ``compile_fx``'s result boxes them itself)."""
     if before is None:
 
@@ -30,7 +30,11 @@ def around(compiled: Any, before: Callable[[tuple[Any, ...]], Any] | None, after
 
     def run(*args: Any) -> Any:
         token = before(args)
-        outputs = compiled(*args)
+        try:
+            outputs = compiled(*args)
+        except BaseException:
+            after(None, token)  # a call cut short (activation checkpointing stops its recompute so)
+            raise
         after(outputs, token)
         return outputs
 
@@ -140,6 +144,20 @@ def traced_function() -> str | None:
     tx = _translator()
     code = None if tx is None else getattr(tx, "f_code", None)
     return None if code is None else f"'{code.co_name}' ({code.co_filename}:{code.co_firstlineno})"
+
+
+def whole_frame(gm: Any) -> bool:
+    """Whether `gm`, handed to a backend now, is the whole code of the frame Dynamo traces: the frame's
+    own code (not a resume function after a graph break, ``torch_dynamo_resume_in_...``) traced to its
+    return, no graph break cutting it (``gm.compile_subgraph_reason.graph_break``, set by Dynamo's
+    ``OutputGraph`` before it calls the backend: 2.8, 2.11, 2.14). Without it, a module compiled on its
+    own (``layer.compile()``) could not have its own call's range in its graph."""
+    reason = getattr(gm, "compile_subgraph_reason", None)
+    tx = _translator()
+    code = None if tx is None else getattr(tx, "f_code", None)
+    if reason is None or code is None or getattr(reason, "graph_break", True):
+        return False
+    return not code.co_name.startswith("torch_dynamo_resume_in_")
 
 
 def tracing_for() -> Any:

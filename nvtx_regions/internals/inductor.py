@@ -69,7 +69,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from .inductor_origins import (
-    Origin, called_module, graph_module_stacks, module_digest, module_path, module_paths, node_origin, static_nodes,
+    Origin, called_module, graph_module_stacks, model_modules, model_tensors, module_digest, module_path, module_paths,
+    node_origin, static_nodes,
 )  # fmt: skip
 from .inductor_reaches import TESTED_TORCH, UnsupportedTorchError, check_reaches
 from .patches import Undo
@@ -78,7 +79,7 @@ __all__ = [
     "TESTED_TORCH", "UnsupportedTorchError", "check_reaches", "Origin", "WrapperKernel", "Placement",
     "install", "uninstall", "placing", "cache_key_pass", "compile_fx", "compile_fx_inner",
     "inductor_config", "mode_options", "module_path", "module_digest", "module_paths", "called_module",
-    "graph_module_stacks",
+    "graph_module_stacks", "model_modules", "model_tensors",
 ]  # fmt: skip
 
 

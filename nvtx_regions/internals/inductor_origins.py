@@ -66,10 +66,35 @@ def module_path(source: str) -> str:
 
 
 def module_paths(model: Any) -> dict[str, str]:
-    """`model`'s module paths (``named_modules()``, a shared module's first) by the module part of
+    """`model`'s module paths (`model_modules`, a shared module's first) by the module part of
     the key Dynamo records a module call under (`called_module`): the same path wherever Dynamo's
     compiled frame starts."""
-    return {str(id(module)): path for path, module in model.named_modules()}
+    paths: dict[str, str] = {}
+    for path, module in model_modules(model):
+        paths.setdefault(str(id(module)), path)
+    return paths
+
+
+_WRAPPED = "_orig_mod"  # where torch.compile's OptimizedModule keeps the module it compiles (2.8 to 2.14)
+
+
+def _unwrapped(path: str) -> str:
+    return ".".join(part for part in path.split(".") if part != _WRAPPED)
+
+
+def model_modules(model: Any) -> list[tuple[str, Any]]:
+    """``model.named_modules()`` as the model's author names them: a module that ``torch.compile``
+    wrapped in place (``layers[i] = torch.compile(layer)``, torchtitan's way) under its own path, not
+    the wrapper's ``_orig_mod``, and the wrapper left out. Without it a module compiled so would be
+    named ``layers.0._orig_mod``, and its class would read ``OptimizedModule``."""
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    return [(_unwrapped(path), module) for path, module in model.named_modules() if not isinstance(module, OptimizedModule)]
+
+
+def model_tensors(model: Any) -> list[tuple[str, Any]]:
+    """``model``'s parameters and buffers by their names, as `model_modules` names their modules."""
+    return [(_unwrapped(name), t) for name, t in (*model.named_parameters(), *model.named_buffers())]
 
 
 def called_module(key: str) -> str:

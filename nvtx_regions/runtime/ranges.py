@@ -38,12 +38,16 @@ from dataclasses import dataclass
 from typing import Any, Callable, Literal, Sequence
 
 from ..core.errors import NvtxRegionsWarning
+from ..internals.autograd import autograd_internals
 from ..internals.frames import failed_frame, frame_locals, lines_naming
 from ..selection.compile import Gate
 from .clock import current_rank, current_step
 from .domain import SKIPPED, Domain, NvtxCalls, calls_of
 
-__all__ = ["Group", "Line", "GeneratedRanges", "leave_open", "forget_left_open", "close_left_open", "set_instance"]
+__all__ = [
+    "Group", "Line", "GeneratedRanges", "leave_open", "forget_left_open", "close_left_open", "set_instance",
+    "pending_instance",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -93,11 +97,15 @@ class GeneratedRanges:
         gates_name: str,
         global_name: str,
         instances: dict[str, Sequence[Any]] | None = None,
+        forward: bool = False,
     ) -> None:
         """`instances`: per instance, the attributes of each range, for code whose every group
-        is gated and whose lines read the attributes from the call's gates (see the module doc)."""
+        is gated and whose lines read the attributes from the call's gates (see the module doc).
+        `forward`: the code is a forward's, whose calls inside a backward (activation checkpointing
+        recomputing it) get no range, as eager's hooks give none; read where the gates are."""
         self.groups = tuple(groups)
         self.instances = instances
+        self._recompute = autograd_internals().graph_task_id if forward else None
         self.lines = tuple(lines)
         self.attributes = tuple(attributes)
         self.attribute_names = tuple(attribute_names)
@@ -165,6 +173,8 @@ class GeneratedRanges:
             if instance not in self.instances:
                 instance = None
         known = not self.silenced and (self.instances is None or instance is not None)
+        if known and self._recompute is not None and self._recompute() != -1:
+            known = False
         key = (instance, *(known and self._is_on(self.groups[n], instance, rank, step) for n in self._gated))
         gates = self._gates.get(key)
         if gates is None:
@@ -293,6 +303,11 @@ def set_instance(name: str | None) -> None:
     (None: not known); that call's `GeneratedRanges.enter` takes it (see the module doc)."""
     _instance.name = name
 
+
+
+def pending_instance() -> str | None:
+    """The instance `set_instance` said on this thread that no call has taken yet."""
+    return getattr(_instance, "name", None)
 
 
 def leave_open(close: Callable[[], None]) -> None:
