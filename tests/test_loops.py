@@ -246,3 +246,68 @@ def test_hugging_face_gradient_checkpointing_gives_eager_names(nvtx_capture, way
     ]  # fmt: skip
     assert seen == [expected] * 2
     torch._dynamo.reset()
+
+
+class SharedMiddle(torch.nn.Module):
+    """One module instance reachable as ``blocks.0.middle`` and ``blocks.1.middle``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        middle = torch.nn.Linear(8, 8)
+        self.blocks = torch.nn.ModuleList([torch.nn.Sequential(torch.nn.Linear(8, 8), middle) for _ in range(2)])
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+class Albert(torch.nn.Module):
+    """One layer called three times (ALBERT's shared layers)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = Block()
+
+    def forward(self, x):
+        for _ in range(3):
+            x = self.layer(x)
+        return x
+
+
+@pytest.mark.parametrize(
+    ("make", "spec"),
+    [(SharedMiddle, "each module <blocks.*>\neach module <blocks.*.1>"), (Albert, "each module <layer>\neach class <Linear>")],
+    ids=["two parents", "called three times"],
+)
+def test_a_shared_module_gets_eager_names(nvtx_capture, make, spec):
+    def steps(model):
+        seen = []
+        for _ in range(2):
+            with nvtx_capture() as events:
+                model(torch.randn(2, 8)).sum().backward()
+            seen.append([(e.kind, e.message) for e in events if e.kind in ("push", "start") and e.domain == "nvtx_regions"])
+        return seen
+
+    torch.manual_seed(0)
+    eager = make()
+    with nvtx_regions.annotate(eager, spec):
+        expected = steps(eager)
+    assert expected[0] and all(kind == "push" for kind, _ in expected[0])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        seen = steps(nvtx_regions.compile(make(), spec, backend="inductor"))
+    assert not [str(w.message) for w in caught if issubclass(w.category, nvtx_regions.NvtxRegionsWarning)]
+    if make is SharedMiddle:
+        assert seen == expected
+    else:
+        # Every forward call named as eager names it. In the backward, Inductor computes the shared
+        # weight's gradient for all three calls in the later calls' kernels: the first call's
+        # `layer.fc (backward)` has no kernel of its own, so no range (missing, never misnamed).
+        forward = [(k, m) for k, m in expected[0] if "(backward)" not in m]
+        for step in seen:
+            assert [(k, m) for k, m in step if "(backward)" not in m] == forward
+            backward = [(k, m) for k, m in step if "(backward)" in m]
+            assert backward == [(k, m) for k, m in expected[0] if "(backward)" in m][: len(backward)]
+            assert len(backward) >= len(expected[0]) - len(forward) - 1
+    torch._dynamo.reset()

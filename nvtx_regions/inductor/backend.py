@@ -57,9 +57,7 @@ import hashlib
 import os
 import threading
 import warnings
-import weakref
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.handle import SpecHandle
@@ -78,32 +76,17 @@ from ..selection.unselected import RuleTally
 from ..runtime.ranges import pending_instance, set_instance
 from ..runtime.sinks import chosen_sinks
 from .check import check_spec
-from .instances import FrameRoot, Models, frame_root, same_class
+from .instances import FrameRoot, Models, frame_root, same_class, structure
 from .kernels import KernelView, inside_call, kernel_view, rebase, view_from_literal, view_literal
 from . import dynamo_events, loaded
-from .outside import OutsideCalls
+from .loaded import build_digest
+from .outside import EveryModel
 from .placement import placement
 
 if TYPE_CHECKING:
     from ..selection.explanation import Explanation
 
-__all__ = ["NvtxInductor", "PlacedGraph", "build_digest"]
-
-
-@functools.cache
-def build_digest() -> str:
-    """A digest of this build of nvtx_regions: the path and bytes of every ``.py`` file of the
-    package and of its grammar, read once per process.
-
-    Any of them may decide what a wrapper gets (attribution, selection, module paths, the lines,
-    what they call), so it is part of the cache key: a wrapper cached by any other build is a miss
-    (a key over the files that write the lines only once replayed a wrapper with no ranges).
-    """
-    package = Path(__file__).resolve().parents[1]
-    digest = hashlib.sha256()
-    for path in sorted([*package.rglob("*.py"), *package.glob("grammar/*.lark")]):
-        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()[:16]
+__all__ = ["NvtxInductor", "PlacedGraph"]
 
 
 @dataclass(frozen=True)
@@ -161,13 +144,12 @@ class NvtxInductor(SpecHandle):
         # The models compiled, weakly (`adopt`); their module paths name the ranges.
         self._models = Models()
         # Per model: the hooks that give its calls outside every graph (a graph break) their ranges.
-        self._outside: weakref.WeakKeyDictionary[Any, OutsideCalls] = weakref.WeakKeyDictionary()
-        self._needed: set[str] = set()  # the paths whose calls need those hooks, in every model
+        self._outside = EveryModel(self.compiled, domain, self.sinks)
         # The model's paths name the ranges too (they decide a message where the frame is a submodule's).
-        self._tree = None if model is None else _structure(model)
+        self._tree = None if model is None else structure(model)
         self.graphs: list[PlacedGraph] = []
         self._tally = RuleTally(self.compiled)
-        self._calls: dict[str, int] = {}  # Dynamo's module call keys -> call numbers
+        self._calls: dict[tuple[str, str], int] = {}  # (Dynamo's module call key, its path there) -> call number
         self._graph_numbers = 0
         self._lock = threading.Lock()
         self._warned = False
@@ -203,24 +185,13 @@ class NvtxInductor(SpecHandle):
         backend was made for: Dynamo then reuses for it the code compiled for the others, as for a
         plain ``torch.compile``, and its ranges are named the same. Held weakly: its hooks and names
         go with it. Raises `ValueError` for a model of another structure."""
-        if self._tree is None or _structure(model) != self._tree:
+        if self._tree is None or structure(model) != self._tree:
             raise ValueError(
                 f"{self!r}.adopt(): {type(model).__name__} has other module paths or classes than the model this "
                 "backend was made for; make a backend for it: NvtxInductor(..., model=that_model)"
             )
-        if model in self._outside:
-            return
-        self._models.add(model)
-        outside = OutsideCalls(self.compiled, model, self.domain, self.sinks)
-        outside.need(self._needed)
-        self._outside[model] = outside
-
-    def _need(self, paths: Any) -> None:
-        """Hook the calls of `paths` outside every graph, in every model."""
-        paths = set(paths)
-        self._needed |= paths
-        for outside in list(self._outside.values()):
-            outside.need(paths)
+        if self._outside.add(model):
+            self._models.add(model)
 
     def __repr__(self) -> str:
         return f"NvtxInductor({'; '.join(render(r) for r in self.spec.rules)!r}, domain={self.domain!r})"
@@ -287,8 +258,7 @@ class NvtxInductor(SpecHandle):
             return
         self.removed = True
         loaded.release(self)
-        for outside in list(self._outside.values()):
-            outside.remove()
+        self._outside.remove()
 
     def _before(self, frame: FrameRoot, args: tuple[Any, ...]) -> tuple[str | None, str | None]:
         """Before a call of a graph whose code serves several module instances: the one it runs for, and
@@ -333,11 +303,11 @@ class NvtxInductor(SpecHandle):
         self._unreported = False
         if self._warned and not self.graphs:
             return  # no graph could hold a range (CUDA graphs, a C++ wrapper): said once already
-        outsides = list(self._outside.values())
+        outsides = self._outside.all()
         if outsides:
             # What no graph holds ran outside torch.compile (or was not called): hooks from now on.
             seen = {call.path for graph in self.graphs for op in graph.view.ops if op.chain for call in op.chain}
-            self._need(path for path in outsides[0].selected if path and path not in seen)
+            self._outside.need(path for path in outsides[0].selected if path and path not in seen)
             # The calls that ran outside every graph had their ranges from hooks: their rules selected.
             for outside in outsides:
                 for rules in outside.ran.values():
@@ -356,18 +326,11 @@ class NvtxInductor(SpecHandle):
 
     def _cannot_place(self, kwargs: dict[str, Any], config: Any) -> bool:
         """Whether this graph gets no Python wrapper run per call (warning once if so)."""
-        cudagraphs = kwargs.get("cudagraphs")
-        cudagraphs = bool(getattr(cudagraphs, "value", cudagraphs)) or bool(config.triton.cudagraphs)
-        cpp = bool(kwargs.get("cpp_wrapper")) or bool(config.cpp_wrapper) or bool(getattr(config, "fx_wrapper", False))
-        if not (cudagraphs or cpp):
+        why = internals.no_python_wrapper(kwargs, config)
+        if why is None:
             return False
         if not self._warned:
             self._warned = True
-            why = (
-                "CUDA graphs (mode='reduce-overhead', triton.cudagraphs) replay the kernels without host calls"
-                if cudagraphs
-                else "cpp_wrapper/AOTInductor (or fx_wrapper) generates no Python wrapper to place them in"
-            )
             warnings.warn(
                 f"{self!r}: no NVTX range can be placed in this graph: {why}; it compiles without ranges. "
                 "Compile without that option to get the ranges",
@@ -424,7 +387,7 @@ class NvtxInductor(SpecHandle):
         if frame is not None and self._tree is not None:
             # The root's calls span the graph break (unless its graph is its whole call), and so do the
             # calls of every module above it.
-            self._need(p for c in frame.candidates for p in _above(c) if not (whole and p in frame.candidates))
+            self._outside.need(p for c in frame.candidates for p in _above(c) if not (whole and p in frame.candidates))
         with self._lock:
             for v in views:
                 plan = make_plan(self.compiled, v, self.domain)
@@ -480,11 +443,6 @@ def _report_at_exit() -> None:
 
 
 atexit.register(_report_at_exit)
-
-def _structure(model: Any) -> str:
-    """`model`'s module paths and classes, one ``path:Class`` a line."""
-    return "\n".join(f"{p}:{type(m).__name__}" for p, m in internals.model_modules(model))
-
 
 def _above(path: str) -> list[str]:
     """`path` and the path of every module above it, but the model's own (``""``)."""

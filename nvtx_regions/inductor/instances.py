@@ -34,7 +34,7 @@ from typing import Any, Sequence
 
 from ..internals.inductor import called_module, graph_module_stacks, model_modules, model_tensors, module_paths
 
-__all__ = ["FrameRoot", "Models", "frame_root", "same_class"]
+__all__ = ["FrameRoot", "Models", "frame_root", "same_class", "structure"]
 
 
 class Models:
@@ -45,6 +45,7 @@ class Models:
     def __init__(self) -> None:
         self._models: weakref.WeakSet[Any] = weakref.WeakSet()
         self.paths: dict[str, str] = {}  # Dynamo's module key -> path (`internals.inductor.module_paths`)
+        self.aliases: dict[str, tuple[str, ...]] = {}  # Dynamo's module key -> every path of a shared module
         self.tensors: dict[int, str] = {}  # id of a parameter or buffer -> its name in its model
 
     def add(self, model: Any) -> None:
@@ -55,17 +56,20 @@ class Models:
         tensors = {id(t): name for name, t in model_tensors(model)}
         self.paths.update(paths)
         self.tensors.update(tensors)
+        self.aliases.update(_aliases(model))
         weakref.finalize(model, self._forget, paths, tensors)
 
     def _forget(self, paths: dict[str, str], tensors: dict[int, str]) -> None:
         # A dead model's ids may be reused: keep only what a model alive says.
         for key in paths:
             self.paths.pop(key, None)
+            self.aliases.pop(key, None)
         for key in tensors:
             self.tensors.pop(key, None)
         for model in self._models:
             self.paths.update(module_paths(model))
             self.tensors.update({id(t): n for n, t in model_tensors(model)})
+            self.aliases.update(_aliases(model))
 
     def any(self) -> Any:
         """A model alive (they share one structure), or None."""
@@ -104,6 +108,20 @@ class FrameRoot:
         return candidate if candidate in self.candidates else None
 
 
+def _aliases(model: Any) -> dict[str, tuple[str, ...]]:
+    """Every path of each module reachable under several, by Dynamo's module key."""
+    found: dict[str, list[str]] = {}
+    for path, module in model_modules(model, every_path=True):
+        found.setdefault(str(id(module)), []).append(path)
+    return {key: tuple(paths) for key, paths in found.items() if len(paths) > 1}
+
+
+def structure(model: Any) -> str:
+    """`model`'s module paths and classes, one ``path:Class`` a line: what two models must share to
+    share compiled code and names."""
+    return "\n".join(f"{p}:{type(m).__name__}" for p, m in model_modules(model))
+
+
 def same_class(modules: dict[str, Any], root: str) -> tuple[str, ...]:
     """The paths of the modules of `modules` (``dict(model.named_modules())``) of `root`'s class: the
     modules that can run a graph compiled for `root` (empty when `root` is none of them)."""
@@ -121,15 +139,16 @@ def frame_root(gm: Any, example_inputs: Sequence[Any], models: Models) -> FrameR
         return None
     roots: dict[str, None] = {}
     for key, relative in graph_module_stacks(gm):
-        full = models.paths.get(called_module(key))
+        module = called_module(key)
+        full = models.paths.get(module)
         if full is None:
             continue
         if not relative:
             roots[full] = None
-        elif full == relative or full.endswith("." + relative):
-            roots[full[: len(full) - len(relative)].rstrip(".")] = None
-        else:
-            roots["?"] = None
+            continue
+        # A module shared by two parents is reached under either path (named by its first, as eager does).
+        found = [p for p in models.aliases.get(module, (full,)) if p == relative or p.endswith("." + relative)]
+        roots[found[0][: len(found[0]) - len(relative)].rstrip(".") if found else "?"] = None
     if not roots or list(roots) == [""]:
         return None
     modules = dict(model_modules(model))

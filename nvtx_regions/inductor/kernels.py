@@ -110,7 +110,7 @@ class KernelView(ChainView):
 
 
 def kernel_view(
-    kernels: list[WrapperKernel], phase: Phase, name: str, calls: dict[str, int], paths: dict[str, str] | None = None
+    kernels: list[WrapperKernel], phase: Phase, name: str, calls: dict[tuple[str, str], int], paths: dict[str, str] | None = None
 ) -> KernelView:
     """The view of a wrapper's `kernels`. `calls` numbers module calls by Dynamo's key, across the
     graphs of one backend (a key seen first gets the next number). `paths`: the compiled model's
@@ -132,10 +132,12 @@ def kernel_view(
             if origin.modules:
                 chain = []
                 for key, path, cls in origin.modules:
+                    # A module shared by two parents has one key: its calls differ by the path Dynamo reached it by.
+                    call = calls.setdefault((key, path), len(calls))
                     if paths is not None:
                         path = paths.get(called_module(key), path)
                     classes.setdefault(path, cls)
-                    chain.append(ModuleCall(path, cls, calls.setdefault(key, len(calls))))
+                    chain.append(ModuleCall(path, cls, call))
                 if hoisted or not origin.static:
                     chains.append(tuple(chain))
         markers = tuple(sorted({m for found in deciding for m in found}, key=lambda m: m.occurrence))

@@ -9,16 +9,35 @@ wrappers' ranges are kept per key, weakly, for `release`.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import threading
 import weakref
+from pathlib import Path
 from typing import Any
 
-__all__ = ["register", "backends", "compiling_as", "current_number", "graph_loaded", "release"]
+__all__ = ["register", "backends", "compiling_as", "current_number", "graph_loaded", "release", "build_digest"]
 
 _backends: "weakref.WeakValueDictionary[str, Any]" = weakref.WeakValueDictionary()
 _alive: "weakref.WeakSet[Any]" = weakref.WeakSet()  # every backend registered, while it lives
 _ranges: "dict[str, weakref.WeakSet[Any]]" = {}  # per key: the runtimes of its loaded wrappers
 _compiling = threading.local()
+
+
+@functools.cache
+def build_digest() -> str:
+    """A digest of this build of nvtx_regions: the path and bytes of every ``.py`` file of the
+    package and of its grammar, read once per process.
+
+    Any of them may decide what a wrapper gets (attribution, selection, module paths, the lines,
+    what they call), so it is part of the cache key: a wrapper cached by any other build is a miss
+    (a key over the files that write the lines only once replayed a wrapper with no ranges).
+    """
+    package = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted([*package.rglob("*.py"), *package.glob("grammar/*.lark")]):
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
 
 
 def register(key: str, backend: Any) -> None:

@@ -47,7 +47,7 @@ from ..runtime.sinks import NVTX_ONLY
 from ..selection.compile import CompiledSpec, EachRule
 from ..selection.plan import make_plan
 
-__all__ = ["OutsideCalls"]
+__all__ = ["OutsideCalls", "EveryModel"]
 
 _installed: "weakref.WeakKeyDictionary[Any, OutsideCalls]" = weakref.WeakKeyDictionary()
 
@@ -174,3 +174,37 @@ def _post_hook(module: Any, args: Any, output: Any) -> None:
             ranges.pop()
         if entry[CALL] is not None:
             entry[CALL].outputs_ready(output)
+
+
+class EveryModel:
+    """The `OutsideCalls` of every model one backend compiles (each held weakly, its hooks going with
+    it), and the paths whose calls need hooks in all of them: a model added later gets those too."""
+
+    def __init__(self, compiled: CompiledSpec, domain: str | None, sinks: tuple[str, ...]) -> None:
+        self._compiled, self._domain, self._sinks = compiled, domain, sinks
+        self._calls: weakref.WeakKeyDictionary[Any, OutsideCalls] = weakref.WeakKeyDictionary()
+        self._needed: set[str] = set()
+
+    def add(self, model: Any) -> bool:
+        """Hook `model` as the others are; False if it was already."""
+        if model in self._calls:
+            return False
+        calls = OutsideCalls(self._compiled, model, self._domain, self._sinks)
+        calls.need(self._needed)
+        self._calls[model] = calls
+        return True
+
+    def need(self, paths: Any) -> None:
+        """Hook the calls of `paths` outside every graph, in every model."""
+        paths = set(paths)
+        self._needed |= paths
+        for calls in self.all():
+            calls.need(paths)
+
+    def all(self) -> list[OutsideCalls]:
+        return list(self._calls.values())
+
+    def remove(self) -> None:
+        """Take every model's hooks off."""
+        for calls in self.all():
+            calls.remove()

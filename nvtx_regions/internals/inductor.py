@@ -79,8 +79,20 @@ __all__ = [
     "TESTED_TORCH", "UnsupportedTorchError", "check_reaches", "Origin", "WrapperKernel", "Placement",
     "install", "uninstall", "placing", "cache_key_pass", "compile_fx", "compile_fx_inner",
     "inductor_config", "mode_options", "module_path", "module_digest", "module_paths", "called_module",
-    "graph_module_stacks", "model_modules", "model_tensors",
+    "graph_module_stacks", "model_modules", "model_tensors", "no_python_wrapper",
 ]  # fmt: skip
+
+
+def no_python_wrapper(kwargs: dict[str, Any], config: Any) -> str | None:
+    """Why a graph that ``compile_fx_inner`` compiles with `kwargs` and Inductor's `config` gets no
+    Python wrapper run per call, or None: CUDA graphs (its ``cudagraphs`` keyword, a ``BoxedBool``,
+    or ``triton.cudagraphs``), ``cpp_wrapper`` (AOTInductor too) or ``fx_wrapper`` (2.11, 2.14)."""
+    cudagraphs = kwargs.get("cudagraphs")
+    if bool(getattr(cudagraphs, "value", cudagraphs)) or bool(config.triton.cudagraphs):
+        return "CUDA graphs (mode='reduce-overhead', triton.cudagraphs) replay the kernels without host calls"
+    if bool(kwargs.get("cpp_wrapper")) or bool(config.cpp_wrapper) or bool(getattr(config, "fx_wrapper", False)):
+        return "cpp_wrapper/AOTInductor (or fx_wrapper) generates no Python wrapper to place them in"
+    return None
 
 
 def compile_fx(*args: Any, **kwargs: Any) -> Any:

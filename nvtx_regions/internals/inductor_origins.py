@@ -82,14 +82,16 @@ def _unwrapped(path: str) -> str:
     return ".".join(part for part in path.split(".") if part != _WRAPPED)
 
 
-def model_modules(model: Any) -> list[tuple[str, Any]]:
-    """``model.named_modules()`` as the model's author names them: a module that ``torch.compile``
+def model_modules(model: Any, *, every_path: bool = False) -> list[tuple[str, Any]]:
+    """``model.named_modules()`` (`every_path`: a shared module under each of its paths, not only its
+    first) as the model's author names them: a module that ``torch.compile``
     wrapped in place (``layers[i] = torch.compile(layer)``, torchtitan's way) under its own path, not
     the wrapper's ``_orig_mod``, and the wrapper left out. Without it a module compiled so would be
     named ``layers.0._orig_mod``, and its class would read ``OptimizedModule``."""
     from torch._dynamo.eval_frame import OptimizedModule
 
-    return [(_unwrapped(path), module) for path, module in model.named_modules() if not isinstance(module, OptimizedModule)]
+    named = model.named_modules(remove_duplicate=not every_path)
+    return [(_unwrapped(path), module) for path, module in named if not isinstance(module, OptimizedModule)]
 
 
 def model_tensors(model: Any) -> list[tuple[str, Any]]:
