@@ -38,7 +38,7 @@ from .summary import (CPU_TIME, GPU_TIME, TORCH_CPU_TIME, TORCH_GPU_TIME, Key, R
                       summarize, time_kind)  # fmt: skip
 
 __all__ = ["BackendRun", "Timing", "BackendRow", "BackendsTable", "compare_backends", "render_backends", "cell_word",
-           "GPU_TIME", "CPU_TIME", "TORCH_GPU_TIME", "TORCH_CPU_TIME"]  # fmt: skip
+           "left_out", "spec_notes", "steps_text", "GPU_TIME", "CPU_TIME", "TORCH_GPU_TIME", "TORCH_CPU_TIME"]  # fmt: skip
 
 PASSES = ("forward", "backward", "both")  # "both": a region rule that applies to either pass
 
@@ -142,15 +142,15 @@ def compare_backends(
         for key in times:
             order.setdefault(key, len(order))
             categories.setdefault(key, summary.categories.get(key))
-    left_out = _left_out(spec, backends)
-    notes += _spec_notes(spec, backends, left_out)
+    cannot = left_out(spec, backends)
+    notes += spec_notes(spec, backends, cannot)
     base = backends.index(baseline)
     modules = tuple(dict.fromkeys(module for module, _ in order))
     keys = sorted(order, key=lambda key: (modules.index(key[0]), PASSES.index(key[1])))
     rows = []
     for module, phase in keys:
         cells = tuple(times.get((module, phase)) for times in per_backend)
-        na = tuple(categories[(module, phase)] in left_out[b] for b in range(len(backends)))
+        na = tuple(categories[(module, phase)] in cannot[b] for b in range(len(backends)))
         region = (categories[(module, phase)], module) in rows_of.regions
         rows.append(BackendRow(module, phase, cells, tuple(_ratio(cell, cells[base]) for cell in cells), na, region))
     rows.sort(key=lambda row: -_largest(row, base))
@@ -162,7 +162,7 @@ def compare_backends(
     )  # fmt: skip
 
 
-def _left_out(spec: CompiledSpec | None, backends: Sequence[str]) -> list[frozenset[str]]:
+def left_out(spec: CompiledSpec | None, backends: Sequence[str]) -> list[frozenset[str]]:
     """Per backend, the NVTX categories of the rules it cannot express."""
     rules = spec.rules if spec is not None else ()
     known = [backend in BACKEND_NAMES for backend in backends]
@@ -172,13 +172,13 @@ def _left_out(spec: CompiledSpec | None, backends: Sequence[str]) -> list[frozen
     ]
 
 
-def _spec_notes(spec: CompiledSpec | None, backends: Sequence[str], left_out: list[frozenset[str]]) -> list[str]:
+def spec_notes(spec: CompiledSpec | None, backends: Sequence[str], cannot: list[frozenset[str]]) -> list[str]:
     notes = []
     if spec is not None:
         per_op = [rule_category(r.rule) for r in spec.rules if isinstance(r, OpRule)]
         if per_op:
             notes.append(f"rules with one range per op have no rows (their ranges are named after ops): {', '.join(per_op)}")
-    for backend, names in zip(backends, left_out):
+    for backend, names in zip(backends, cannot):
         if names:
             notes.append(f"{backend} cannot express {', '.join(sorted(names))}: n/a in their rows (see the run's warning)")
     return notes
@@ -200,7 +200,7 @@ def _largest(row: BackendRow, base: int) -> float:
     return max(found, default=-1.0)
 
 
-def _steps_text(numbers: Iterable[int]) -> str:
+def steps_text(numbers: Iterable[int]) -> str:
     numbers = list(numbers)
     if not numbers:
         return "none"
@@ -220,7 +220,7 @@ def render_backends(table: BackendsTable) -> str:
         f"ratio: backend / {table.baseline}"
     ]
     for backend, steps, failure in zip(table.backends, table.steps, table.failures):
-        lines.append(f"  {backend}: " + ("failed (see below)" if failure is not None else f"steps {_steps_text(steps)} measured"))
+        lines.append(f"  {backend}: " + ("failed (see below)" if failure is not None else f"steps {steps_text(steps)} measured"))
     head = ["module", "pass", *table.backends, *(f"{table.backends[i]}/{table.baseline}" for i in others)]
     body = []
     for row in table.rows:
