@@ -1,6 +1,7 @@
 """``nvtx-regions profile``: run a training script once per backend, and show per module where time goes.
 
     nvtx-regions profile blocks.nvtx --backends eager,thunder,inductor -- python train.py
+    nvtx-regions profile blocks.nvtx -- torchrun --standalone --nproc_per_node=4 train.py   # every rank, the slowest named
     nvtx-regions profile blocks.nvtx --warmup 2 --rank 1 -- torchrun --nproc_per_node=2 train.py
     nvtx-regions profile blocks.nvtx --tool torch -- python train.py      # torch.profiler, no nsys needed
 
@@ -29,18 +30,24 @@ when it is on PATH, else torch.profiler, and it says which):
   is refused unless ``--force-overwrite``, which replaces only what this
   command writes.
 
-Each run's reports are read by `report.reader.read_ranges`. Then it prints
-the table of `report.backends_table`: per module (and per region of a
-``between`` rule) and pass, the median over the measured steps (the compile
-step 0 and ``--warmup N`` more are left out) per backend with n, the ratio to
-``--baseline`` (default the first backend), largest ratios first; rank
-``--rank`` (default 0). A module one backend lacks is ``missing``; a rule a
-backend cannot express (eager and ``between``, say) runs nowhere there, and its
-rows read ``n/a`` (the run itself warns once and runs the rest of the spec);
-a backend whose run fails is reported with its exit status and the tail of
-its stderr, and the others still run.
+Each run's reports are read rank by rank (`commands.profile_folder`: ``profile.json``
+says what ran, the files' names say the ranks) and summarized as they are read
+(`report.summary`). Under torchrun with several ranks it prints `report.ranks_table`:
+per module (and region) and pass, for each backend, the median across ranks, their
+spread, the slowest rank and its ratio to the median, the largest imbalance first;
+a rank that left no report is named under the table. With ``--rank N``, or with one
+rank, it prints `report.backends_table`: per module and pass, the median over the
+measured steps (the compile step 0 and ``--warmup N`` more are left out) per backend
+with n, the ratio to ``--baseline`` (default the first backend), largest ratios
+first. A module one backend lacks is ``missing``; a rule a backend cannot express
+(eager and ``between``, say) runs nowhere there, and its rows read ``n/a`` (the run
+itself warns once and runs the rest of the spec); a backend whose run fails is
+reported with its exit status and the tail of its stderr, and the others still run.
+Either way ``OUTPUT/profile.csv`` gets one line per backend, rank, row and pass
+(``backend, rank, range, pass, n, median_us``), and the chart is per backend
+(``profile.png``) for one rank, per rank (``ranks.png``, `report.ranks_chart`) for several.
 
-Exit status: 0; 1 when a backend failed or no run held a module range;
+Exit status: 0; 1 when a backend failed, a rank left no report, or no run held a module range;
 2 for a usage or spec error.
 """
 
@@ -59,6 +66,7 @@ from pathlib import Path
 from ..core.errors import CaptureFileError
 from ..core.naming import DEFAULT_DOMAIN
 from ..core.profiling import BACKENDS, ENV_BACKEND, ENV_SPEC
+from ..internals.torchrun import torchrun_start
 from ..internals.versions import INSTALL_THUNDER, thunder_installed
 from ..report.backends_table import BackendRun, BackendsTable, compare_backends, render_backends
 from ..report.chart import ChartUnavailable, write_chart
@@ -273,9 +281,10 @@ def one_rank(runs: Sequence[BackendRanks], rank: int | None) -> int | None:
     return 0 if ranks <= {0} else None
 
 
-def render_runs(runs: Sequence[BackendRanks], *, baseline: str, warmup: int, spec: CompiledSpec,
-                rank: int | None) -> tuple[BackendsTable | RanksTable, str]:  # fmt: skip
-    """The table of `runs` and its text: every rank's, or one rank's (`one_rank`) as the backends table."""
+def render_runs(runs: Sequence[BackendRanks], *, baseline: str, warmup: int, spec: CompiledSpec, rank: int | None,
+                distributed: bool) -> tuple[BackendsTable | RanksTable, str]:  # fmt: skip
+    """The table of `runs` and its text: every rank's, or one rank's (`one_rank`) as the backends table;
+    `distributed`: the run was a torchrun's, so a table of its one rank says why there is no other."""
     shown = one_rank(runs, rank)
     if shown is None:
         table = compare_ranks(runs, baseline=baseline, warmup=warmup, spec=spec)
@@ -290,7 +299,7 @@ def render_runs(runs: Sequence[BackendRanks], *, baseline: str, warmup: int, spe
     one = [r if r.failure or r.summary else BackendRun(r.backend, failure=f"no report of rank {shown}") for r in one]
     table = compare_backends(one, baseline=baseline, warmup=warmup, spec=spec)
     text = render_backends(table)
-    if rank is None and any(run.ranks for run in runs):
+    if rank is None and distributed and any(run.ranks for run in runs):
         text += "\nnote: one rank (world size 1): the table of rank 0; under torchrun with several ranks, every rank is compared"
     return table, text
 
@@ -322,7 +331,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"nvtx-regions profile: {backend} ({number}/{len(backends)}) under {said}: {shlex.join(command)}", flush=True)
         failure = _run_backend(backend, args, command, folder / backend, tool)
         runs.append(_read_run(backend, failure, folder / backend, manifest, rows, args.rank))
-    table, text = render_runs(runs, baseline=baseline, warmup=args.warmup, spec=compiled, rank=args.rank)
+    distributed = torchrun_start(command) is not None
+    table, text = render_runs(runs, baseline=baseline, warmup=args.warmup, spec=compiled, rank=args.rank, distributed=distributed)
     where = write_outputs(folder, table, text, runs)
     sys.stdout.flush()
     print(f"\n{text}\n", flush=True)

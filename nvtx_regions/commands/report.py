@@ -68,7 +68,8 @@ def merge(folders: list[Path], output: str | None) -> int:
     if target is not None and (target.exists() or target.is_symlink()):
         raise UsageError(f"-o {output}: exists; give a new folder (nothing is overwritten)")
     manifest, runs = read_folders(folders)
-    table, text = render_runs(runs, baseline=manifest.baseline, warmup=manifest.warmup, spec=compile_spec(parse(manifest.spec)), rank=None)
+    table, text = render_runs(runs, baseline=manifest.baseline, warmup=manifest.warmup, spec=compile_spec(parse(manifest.spec)), rank=None,
+                              distributed=manifest.world_size == 1)  # fmt: skip
     print(text)
     if target is not None:
         try:
