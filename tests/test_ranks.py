@@ -219,3 +219,18 @@ def test_torchrun_options_give_the_world_and_this_nodes_ranks():
     assert torchrun_ranks(["torchrun", "--nnodes=2", "--node_rank=1", "--nproc_per_node=4", "t.py"]) == (8, (4, 5, 6, 7))
     assert torchrun_ranks(["torchrun", "--nnodes=1:4", "--nproc_per_node=4", "t.py"]) == (None, None)
     assert torchrun_ranks(["torchrun", "--nproc_per_node=gpu", "t.py"]) == (None, None)
+
+
+def test_the_merge_benchmark_runs_and_finds_its_slow_rank():
+    """benchmarks/ranks_merge.py, small: it writes node folders, merges them in a child, and the first
+    row is the block it slowed on rank 5 (no timing is asserted)."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, str(root / "benchmarks" / "ranks_merge.py"), "--ranks", "8,16", "--layers", "3", "--steps", "4"],
+                          capture_output=True, text=True, timeout=300, env=env)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| 8 |") or line.startswith("| 16 |")]
+    assert len(rows) == 2 and all(row.endswith("| blocks.2 forward: rank 5 |") for row in rows), done.stdout
