@@ -250,9 +250,11 @@ def _read_run(backend: str, failure: str | None, folder: Path, manifest: Manifes
         found = {s.rank: s for s in read_backend(folder, manifest.tool, manifest.domain, rows=rows, warmup=manifest.warmup, rank=rank)}
     except CaptureFileError as error:
         return BackendRanks(backend, failure=str(error) if failure is None else failure)
-    if not found or (failure is not None and (rank is not None or len(manifest.ranks or ()) <= 1)):
-        return BackendRanks(backend, failure=failure or _no_report(manifest.tool, folder, rank))
+    if failure is not None:  # a failed run keeps only the ranks that got as far as a step or a module
+        found = {number: summary for number, summary in found.items() if summary.cpu or summary.steps}
     expected = (rank,) if rank is not None else manifest.ranks or tuple(sorted(found))
+    if not found or (failure is not None and len(expected) <= 1):
+        return BackendRanks(backend, failure=failure or _no_report(manifest.tool, folder, rank))
     missing = tuple(r for r in expected if r not in found)
     return BackendRanks(backend, found, missing=missing, problem=failure)
 
