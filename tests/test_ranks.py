@@ -108,7 +108,11 @@ def test_two_nodes_merge_into_one_table_that_names_the_slow_rank(tmp_path, capsy
     assert keys == {(b, r, m, p) for b in ("eager", "inductor") for r in range(8) for m in BLOCKS for p in ("forward", "backward")}
     slow = [float(median) for b, r, m, p, n, median in lines[1:] if (r, m, p) == ("6", "blocks.1", "forward")]
     assert slow == [30_116.0, 30_116.0] and {n for *_, n, _ in lines[1:]} == {"3"}  # steps 2..4 of 0..4
-    assert (tmp_path / "merged" / "ranks.svg").is_file()
+    svg = (tmp_path / "merged" / "ranks.svg").read_text()
+    for backend in ("eager", "inductor"):  # the chart names the slowest rank of the row on top, per backend
+        group = svg[svg.index(f'id="slowest:blocks.1:forward:{backend}"') :]
+        assert group[: group.index("</g>")].count("rank 6, ") == 1
+        assert svg.count(f'id="rank:blocks.1:forward:{backend}:') == 8  # a dot per rank
     # Nothing in the nodes' folders changed.
     assert {p: p.stat().st_mtime_ns for p in before} == before
 
