@@ -208,10 +208,9 @@ def render_ranks(table: RanksTable) -> str:
     what = "module call and region" if table.regions else "module call"
     lines = [
         f"{table.time} per {what}, every rank: per rank the median of its calls in the measured steps "
-        f"(the lower middle one for an even n), warm-up {warm} left out; across ranks their median and "
-        "spread (min..max); slowest: the rank with the longest median, / the median; largest imbalance first; "
-        f"calls: the slowest rank's n and their spread"
-        + (f"; ratio: backend / {table.baseline}" if others else "")
+        f"(the lower middle one for an even n), warm-up {warm} left out",
+        "across ranks: their median, min..max, and the slowest rank with its ratio to the median, largest imbalance "
+        "first; calls: the slowest rank's n and their spread" + (f"; ratio: backend / {table.baseline}" if others else ""),
     ]
     for backend, ranks, steps, failure in zip(table.backends, table.ranks, table.steps, table.failures):
         said = "failed (see below)" if failure is not None else f"ranks {ranks_text(ranks)}, steps {steps_text(steps)} measured"
