@@ -238,3 +238,29 @@ def test_the_merge_benchmark_runs_and_finds_its_slow_rank():
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [line for line in done.stdout.splitlines() if line.startswith("| 8 |") or line.startswith("| 16 |")]
     assert len(rows) == 2 and all(row.endswith("| blocks.2 forward: rank 5 |") for row in rows), done.stdout
+
+
+def test_a_run_that_lost_a_rank_shows_the_others_and_says_how_it_ended():
+    """What `profile` prints for a torchrun whose rank 1 left no report: the other ranks' table, the
+    missing rank named, and the run's exit under the table."""
+    from nvtx_regions.commands.profile import render_runs
+
+    rows = RowKinds.of(None)
+    summaries = {r: summarize(rank_records(r, slow=2), None, rank=r, rows=rows, warmup=1) for r in (0, 2)}
+    run = BackendRanks("eager", summaries, missing=(1,), problem="torchrun exited with status 1; its stderr ended with: ...")
+    table, text = render_runs([run], baseline="eager", warmup=1, spec=None, rank=None, distributed=True)
+    assert first_row(text)[:2] == ["blocks.1", "forward"] and "rank 2" in first_line(text)
+    assert "note: eager: no report of rank 1 (of ranks 0..2): the rank crashed or wrote none; the table shows ranks 0, 2" in text
+    assert text.endswith("\neager: torchrun exited with status 1; its stderr ended with: ...")
+    one, text = render_runs([run], baseline="eager", warmup=1, spec=None, rank=2, distributed=True)
+    assert text.startswith("CPU time per module call:") and "eager failed: torchrun exited with status 1" in text
+
+
+def test_a_rank_this_node_does_not_run_is_a_usage_error_before_any_run(tmp_path, capsys):
+    (tmp_path / "blocks.nvtx").write_text(SPEC + "\n")
+    out = tmp_path / "never"
+    argv = ["profile", str(tmp_path / "blocks.nvtx"), "--tool", "capture", "--rank", "3", "-o", str(out), "--",
+            "torchrun", "--nproc_per_node=3", "train.py"]  # fmt: skip
+    assert main(argv) == 2
+    assert "--rank 3: this command runs ranks 0..2; choose one of them, or leave --rank out for every rank" in capsys.readouterr().err
+    assert not out.exists()
