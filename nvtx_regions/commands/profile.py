@@ -237,7 +237,8 @@ def _no_report(tool: str, folder: Path, rank: int | None) -> str:
     if tool == "torch":
         return (
             f"no torch.profiler trace of {which} in {folder}/: a process writes one at exit when "
-            "it ran nvtx_regions' ranges (nvtx_regions.compile, steps) and ended normally" + (" (is --rank right?)" if rank is not None else "")
+            "it ran nvtx_regions' ranges (nvtx_regions.compile, steps) and ended normally"
+            + (" (is --rank right?)" if rank is not None else "")
         )
     return f"no report of {which} in {folder}/" + (" (is --rank right?)" if rank is not None else "")
 
@@ -322,7 +323,9 @@ def run(args: argparse.Namespace) -> int:
     tool_sinks(tool, args.emit)  # a usage error stops here, before any run
     world, node_ranks = torchrun_ranks(command)
     if args.rank is not None and node_ranks is not None and args.rank not in node_ranks:
-        raise UsageError(f"--rank {args.rank}: this command runs ranks {ranks_text(node_ranks)}; choose one of them, or leave --rank out for every rank")
+        raise UsageError(
+            f"--rank {args.rank}: this command runs ranks {ranks_text(node_ranks)}; choose one of them, or leave --rank out for every rank"
+        )
     folder = _output_folder(args.output, backends, args.force_overwrite)
     manifest = Manifest(render(spec), tuple(backends), baseline, tool, args.domain, args.warmup, world, node_ranks)
     write_manifest(folder, manifest)

@@ -52,9 +52,13 @@ DESCRIPTION = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("files", nargs="+", help="reports, summarized together (e.g. one per collection or rank); or profile output folders, merged")
+    parser.add_argument(
+        "files", nargs="+", help="reports, summarized together (e.g. one per collection or rank); or profile output folders, merged"
+    )
     add_domain_option(parser, "only this NVTX domain's ranges (default: every domain)", default=ANY_DOMAIN)
-    parser.add_argument("-o", "--output", metavar="NEW", help="with profile folders: a new folder for the merged table, profile.csv and chart")
+    parser.add_argument(
+        "-o", "--output", metavar="NEW", help="with profile folders: a new folder for the merged table, profile.csv and chart"
+    )
 
 
 def merge(folders: list[Path], output: str | None) -> int:

@@ -156,7 +156,9 @@ def summarize(
         found.sort()
     notes: list[str] = []
     if not steps:
-        notes.append("no step ranges (the script does not loop over nvtx_regions.steps(...)), so every range is counted, the compile step's too")
+        notes.append(
+            "no step ranges (the script does not loop over nvtx_regions.steps(...)), so every range is counted, the compile step's too"
+        )
     cpu_times: dict[Key, list[int]] = {}
     gpu_times: dict[Key, list[int]] = {}
     categories: dict[Key, str | None] = {}
