@@ -180,12 +180,13 @@ def test_without_matplotlib_profile_writes_the_table_and_says_what_to_install(tm
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
     with pytest.raises(ChartUnavailable, match=re.escape(INSTALL)):
         write_chart(table, tmp_path / "profile")
-    where = write_outputs(tmp_path, table, "the table")
+    where = write_outputs(tmp_path, table, "the table", [])
     assert where == (
-        f"the table in {tmp_path / 'table.txt'}; no chart: the chart needs matplotlib, which is not installed: "
-        "pip install 'nvtx_regions[chart]'"
+        f"the table in {tmp_path / 'table.txt'}, one line per rank and row in {tmp_path / 'profile.csv'}; "
+        "no chart: the chart needs matplotlib, which is not installed: pip install 'nvtx_regions[chart]'"
     )
-    assert [p.name for p in tmp_path.iterdir()] == ["table.txt"] and (tmp_path / "table.txt").read_text() == "the table\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["profile.csv", "table.txt"]
+    assert (tmp_path / "table.txt").read_text() == "the table\n"
 
 
 def test_matplotlib_is_imported_only_to_draw():

@@ -1,6 +1,7 @@
 """``nvtx-regions profile``: run a training script once per backend, and show per module where time goes.
 
     nvtx-regions profile blocks.nvtx --backends eager,thunder,inductor -- python train.py
+    nvtx-regions profile blocks.nvtx -- torchrun --standalone --nproc_per_node=4 train.py   # every rank, the slowest named
     nvtx-regions profile blocks.nvtx --warmup 2 --rank 1 -- torchrun --nproc_per_node=2 train.py
     nvtx-regions profile blocks.nvtx --tool torch -- python train.py      # torch.profiler, no nsys needed
 
@@ -29,18 +30,24 @@ when it is on PATH, else torch.profiler, and it says which):
   is refused unless ``--force-overwrite``, which replaces only what this
   command writes.
 
-Each run's reports are read by `report.reader.read_ranges`. Then it prints
-the table of `report.backends_table`: per module (and per region of a
-``between`` rule) and pass, the median over the measured steps (the compile
-step 0 and ``--warmup N`` more are left out) per backend with n, the ratio to
-``--baseline`` (default the first backend), largest ratios first; rank
-``--rank`` (default 0). A module one backend lacks is ``missing``; a rule a
-backend cannot express (eager and ``between``, say) runs nowhere there, and its
-rows read ``n/a`` (the run itself warns once and runs the rest of the spec);
-a backend whose run fails is reported with its exit status and the tail of
-its stderr, and the others still run.
+Each run's reports are read rank by rank (`commands.profile_folder`: ``profile.json``
+says what ran, the files' names say the ranks) and summarized as they are read
+(`report.summary`). Under torchrun with several ranks it prints `report.ranks_table`:
+per module (and region) and pass, for each backend, the median across ranks, their
+spread, the slowest rank and its ratio to the median, the largest imbalance first;
+a rank that left no report is named under the table. With ``--rank N``, or with one
+rank, it prints `report.backends_table`: per module and pass, the median over the
+measured steps (the compile step 0 and ``--warmup N`` more are left out) per backend
+with n, the ratio to ``--baseline`` (default the first backend), largest ratios
+first. A module one backend lacks is ``missing``; a rule a backend cannot express
+(eager and ``between``, say) runs nowhere there, and its rows read ``n/a`` (the run
+itself warns once and runs the rest of the spec); a backend whose run fails is
+reported with its exit status and the tail of its stderr, and the others still run.
+Either way ``OUTPUT/profile.csv`` gets one line per backend, rank, row and pass
+(``backend, rank, range, pass, n, median_us``), and the chart is per backend
+(``profile.png``) for one rank, per rank (``ranks.png``, `report.ranks_chart`) for several.
 
-Exit status: 0; 1 when a backend failed or no run held a module range;
+Exit status: 0; 1 when a backend failed, a rank left no report, or no run held a module range;
 2 for a usage or spec error.
 """
 
@@ -57,15 +64,20 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..core.errors import CaptureFileError
-from ..core.naming import ANY_DOMAIN, DEFAULT_DOMAIN
+from ..core.naming import DEFAULT_DOMAIN
 from ..core.profiling import BACKENDS, ENV_BACKEND, ENV_SPEC
+from ..internals.torchrun import torchrun_start
 from ..internals.versions import INSTALL_THUNDER, thunder_installed
 from ..report.backends_table import BackendRun, BackendsTable, compare_backends, render_backends
 from ..report.chart import ChartUnavailable, write_chart
-from ..report.reader import read_ranges
+from ..report.ranks_chart import write_ranks_chart
+from ..report.ranks_table import BackendRanks, RanksTable, compare_ranks, ranks_text, render_ranks, write_csv
+from ..report.summary import RowKinds
+from ..selection.compile import CompiledSpec
 from .child import ended, run_child
 from .domain import add_domain_option
 from .emit import add_emit_option, emit_env, require_nvtx
+from .profile_folder import CAPTURE_FILE, MANIFEST, Manifest, read_backend, torchrun_ranks, write_manifest
 from .status import OK, PROBLEM_FOUND, UsageError
 
 __all__ = ["add_arguments", "run"]
@@ -80,8 +92,8 @@ USAGE = (
     "[--force-overwrite] [--rank R] [--tool {auto,nsys,torch,capture}] [--emit SINKS] [--domain NAME] -- COMMAND..."
 )
 EXAMPLE = "nvtx-regions profile blocks.nvtx --backends eager,thunder -- python train.py"
-TABLE, CHART, STDERR = "table.txt", "profile", "stderr.txt"  # the chart: profile.png and profile.svg
-CHART_FILES = (f"{CHART}.png", f"{CHART}.svg")
+TABLE, CSV, CHART, RANKS_CHART, STDERR = "table.txt", "profile.csv", "profile", "ranks", "stderr.txt"
+CHART_FILES = (f"{CHART}.png", f"{CHART}.svg", f"{RANKS_CHART}.png", f"{RANKS_CHART}.svg")
 TOOLS = ("auto", "nsys", "torch", "capture")
 TOOL_WORDS = {
     "nsys": "nsys",
@@ -99,7 +111,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", type=int, default=1, help="steps left out after the compile step 0 (default 1)")
     parser.add_argument("-o", "--output", default="nvtx_regions_profile", help="folder for the reports, table and chart (default nvtx_regions_profile)")
     parser.add_argument("--force-overwrite", action="store_true", help="reuse an existing output folder, replacing what this command writes there")
-    parser.add_argument("--rank", type=int, default=0, help="the rank shown under torchrun (default 0)")
+    parser.add_argument("--rank", type=int, help="under torchrun, show this rank alone (default: every rank, the slowest named per row)")
     parser.add_argument("--tool", choices=TOOLS, default="auto",
                         help="run under nsys, torch.profiler or our NVTX capture (default auto: nsys when it is on PATH, else torch)")  # fmt: skip
     add_emit_option(parser, "default: what the tool reads; torch always adds record_function, nsys and capture need nvtx")
@@ -134,7 +146,7 @@ def _output_folder(output: str, backends: Sequence[str], force: bool) -> Path:
             raise UsageError(f"-o {output}: exists and is not a folder; give another name")
         if not force:
             raise UsageError(f"-o {output}: the folder exists; add --force-overwrite to replace its reports, or give another name")
-        for name in (*backends, TABLE, *CHART_FILES):
+        for name in (*backends, TABLE, CSV, MANIFEST, *CHART_FILES):
             path = folder / name
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path)
@@ -188,19 +200,17 @@ def _nsys_did_not_start(returncode: int, seconds: float, stderr: Path) -> bool:
     return returncode == 1 and seconds < 10 and text == "End of file"
 
 
-def _run_backend(backend: str, args: argparse.Namespace, command: list[str], folder: Path, tool: str) -> BackendRun:
-    """Run `command` for `backend` under `tool`; its ranges, or why there are none."""
+def _run_backend(backend: str, args: argparse.Namespace, command: list[str], folder: Path, tool: str) -> str | None:
+    """Run `command` for `backend` under `tool`, its reports into `folder`; None, or why the run failed."""
     from ..language.parse import load
 
     if backend == "inductor" and importlib.util.find_spec("nvtx_regions.inductor") is None:
-        return BackendRun(backend, failure="nvtx_regions.inductor is not part of this installation; leave inductor out of --backends")
+        return "nvtx_regions.inductor is not part of this installation; leave inductor out of --backends"
     env = {**os.environ, ENV_BACKEND: backend, ENV_SPEC: os.path.abspath(args.spec), **emit_env(tool_sinks(tool, args.emit))}
-    domain = args.domain
-    missing = f"no report of rank {args.rank} in {folder}/ (is --rank right?)"
     if tool == "nsys":
-        from .nsys import nsys_command, report_files
+        from .nsys import nsys_command
 
-        profile = nsys_command(load(args.spec), command, domain=domain, output=str(folder / "report"))
+        profile = nsys_command(load(args.spec), command, domain=args.domain, output=str(folder / "report"))
         for attempt in (1, 2):
             started = time.monotonic()
             returncode = run_child(list(profile.argv), env, stderr_copy=folder / STDERR)
@@ -208,77 +218,130 @@ def _run_backend(backend: str, args: argparse.Namespace, command: list[str], fol
                 break
             print("nvtx-regions profile: nsys did not start (\"End of file\"); trying once more", flush=True)
         returncode = profile.status(returncode)
-        paths = report_files(profile.output, torchrun=profile.torchrun, rank=args.rank)
     elif tool == "torch":
-        returncode, paths = _run_profiled(command, env, folder, args.rank)
-        domain = ANY_DOMAIN  # record_function ranges have no domain; the files are this rank's
-        missing = (
-            f"no torch.profiler trace of rank {args.rank} in {folder}/: a process writes one at exit when "
-            "it ran nvtx_regions' ranges (nvtx_regions.compile, steps) and ended normally (is --rank right?)"
-        )
+        from .hooks import with_site
+        from .profiler_child import ENV_TRACE_DIR
+
+        returncode = run_child(command, with_site({**env, ENV_TRACE_DIR: str(folder.resolve())}), stderr_copy=folder / STDERR)
     else:
-        returncode, paths = _run_captured(command, env, folder)
+        from .capture import run_capture
+
+        returncode = run_capture(command, folder / CAPTURE_FILE, env=env, stderr_copy=folder / STDERR).returncode
     if returncode != 0:
-        return BackendRun(backend, failure=f"{ended(command[0], returncode)}; its stderr ended with:\n{_tail(folder / STDERR)}")
-    if not paths:
-        return BackendRun(backend, failure=missing)
+        return f"{ended(command[0], returncode)}; its stderr ended with:\n{_tail(folder / STDERR)}"
+    return None
+
+
+def _no_report(tool: str, folder: Path, rank: int | None) -> str:
+    which = "any rank" if rank is None else f"rank {rank}"
+    if tool == "torch":
+        return (
+            f"no torch.profiler trace of {which} in {folder}/: a process writes one at exit when "
+            "it ran nvtx_regions' ranges (nvtx_regions.compile, steps) and ended normally"
+            + (" (is --rank right?)" if rank is not None else "")
+        )
+    return f"no report of {which} in {folder}/" + (" (is --rank right?)" if rank is not None else "")
+
+
+def _read_run(backend: str, failure: str | None, folder: Path, manifest: Manifest, rows: RowKinds,
+              rank: int | None) -> BackendRanks:  # fmt: skip
+    """The ranks of one backend's run (only `rank`, given one). A run that failed but left reports of some
+    ranks (a rank crashed) keeps them, and its failure becomes a problem said under the table."""
     try:
-        return BackendRun(backend, read_ranges(paths, domain=domain, rank=None if tool == "torch" else args.rank))
+        found = {s.rank: s for s in read_backend(folder, manifest.tool, manifest.domain, rows=rows, warmup=manifest.warmup, rank=rank)}
     except CaptureFileError as error:
-        return BackendRun(backend, failure=str(error))
+        return BackendRanks(backend, failure=str(error) if failure is None else failure)
+    if failure is not None:  # a failed run keeps only the ranks that got as far as a step or a module
+        found = {number: summary for number, summary in found.items() if summary.cpu or summary.steps}
+    expected = (rank,) if rank is not None else manifest.ranks or tuple(sorted(found))
+    if not found or (failure is not None and len(expected) <= 1):
+        return BackendRanks(backend, failure=failure or _no_report(manifest.tool, folder, rank))
+    missing = tuple(r for r in expected if r not in found)
+    return BackendRanks(backend, found, missing=missing, problem=failure)
 
 
-def _run_profiled(command: list[str], env: dict[str, str], folder: Path, rank: int) -> tuple[int, list[str]]:
-    """Run `command` with torch.profiler in its Python processes (`profiler_child`); the traces of `rank`."""
-    from .hooks import with_site
-    from .profiler_child import ENV_TRACE_DIR, rank_traces
-
-    returncode = run_child(command, with_site({**env, ENV_TRACE_DIR: str(folder.resolve())}), stderr_copy=folder / STDERR)
-    return returncode, [str(path) for path in rank_traces(folder, rank)]
-
-
-def _run_captured(command: list[str], env: dict[str, str], folder: Path) -> tuple[int, list[str]]:
-    from .capture import run_capture
-
-    outcome = run_capture(command, folder / "timeline.json", env=env, stderr_copy=folder / STDERR)
-    return outcome.returncode, [str(outcome.trace_path)]
-
-
-def write_outputs(folder: Path, table: BackendsTable, text: str) -> str:
-    """Write the table's `text` and its chart into `folder`; where they went, in words (or why there is no chart)."""
+def write_outputs(folder: Path, table: BackendsTable | RanksTable, text: str, runs: Sequence[BackendRanks]) -> str:
+    """Write the table's `text`, ``profile.csv`` and the chart (per backend for one rank, per rank for
+    several) into `folder`; where they went, in words (or why there is no chart)."""
     (folder / TABLE).write_text(text + "\n", encoding="utf-8")
+    write_csv(runs, folder / CSV)
     try:
-        png, svg = write_chart(table, folder / CHART)
+        if isinstance(table, RanksTable):
+            png, svg = write_ranks_chart(table, folder / RANKS_CHART)
+        else:
+            png, svg = write_chart(table, folder / CHART)
     except ChartUnavailable as error:
-        return f"the table in {folder / TABLE}; no chart: {error}"
-    return f"the table in {folder / TABLE}, the chart in {png} and {svg}"
+        return f"the table in {folder / TABLE}, one line per rank and row in {folder / CSV}; no chart: {error}"
+    return f"the table in {folder / TABLE}, one line per rank and row in {folder / CSV}, the chart in {png} and {svg}"
+
+
+def one_rank(runs: Sequence[BackendRanks], rank: int | None) -> int | None:
+    """The rank the table shows alone: `rank` (``--rank``), or 0 when every run read rank 0 only (a
+    world size of 1); None when the table shows every rank."""
+    if rank is not None:
+        return rank
+    ranks = {r for run in runs for r in (*run.ranks, *run.missing)}
+    return 0 if ranks <= {0} else None
+
+
+def render_runs(runs: Sequence[BackendRanks], *, baseline: str, warmup: int, spec: CompiledSpec, rank: int | None,
+                distributed: bool) -> tuple[BackendsTable | RanksTable, str]:  # fmt: skip
+    """The table of `runs` and its text: every rank's, or one rank's (`one_rank`) as the backends table;
+    `distributed`: the run was a torchrun's, so a table of its one rank says why there is no other."""
+    shown = one_rank(runs, rank)
+    if shown is None:
+        table = compare_ranks(runs, baseline=baseline, warmup=warmup, spec=spec)
+        text = render_ranks(table)
+        problems = [f"{run.backend}: {run.problem}" for run in runs if run.problem is not None]
+        return table, "\n".join([text, *problems])
+    one = [
+        BackendRun(run.backend, failure=run.failure or run.problem) if run.failure or run.problem or shown not in run.ranks
+        else BackendRun(run.backend, summary=run.ranks[shown])
+        for run in runs
+    ]  # fmt: skip
+    one = [r if r.failure or r.summary else BackendRun(r.backend, failure=f"no report of rank {shown}") for r in one]
+    table = compare_backends(one, baseline=baseline, warmup=warmup, spec=spec)
+    text = render_backends(table)
+    if rank is None and distributed and any(run.ranks for run in runs):
+        text += "\nnote: one rank (world size 1): the table of rank 0; under torchrun with several ranks, every rank is compared"
+    return table, text
 
 
 def run(args: argparse.Namespace) -> int:
     """``nvtx-regions profile`` with parsed options; `args.command` is the command to run."""
     from ..language.parse import load
+    from ..language.tree import render
     from ..selection.compile import compile_spec
 
     command = list(args.command)
     backends, baseline = _backends(args.backends, args.baseline)
     if args.warmup < 0:
         raise UsageError(f"--warmup {args.warmup}: give a number of steps >= 0")
-    compiled = compile_spec(load(args.spec))  # a spec error stops here, before any run
+    spec = load(args.spec)
+    compiled = compile_spec(spec)  # a spec error stops here, before any run
     tool = choose_tool(args.tool)
     tool_sinks(tool, args.emit)  # a usage error stops here, before any run
+    world, node_ranks = torchrun_ranks(command)
+    if args.rank is not None and node_ranks is not None and args.rank not in node_ranks:
+        raise UsageError(
+            f"--rank {args.rank}: this command runs ranks {ranks_text(node_ranks)}; choose one of them, or leave --rank out for every rank"
+        )
     folder = _output_folder(args.output, backends, args.force_overwrite)
+    manifest = Manifest(render(spec), tuple(backends), baseline, tool, args.domain, args.warmup, world, node_ranks)
+    write_manifest(folder, manifest)
+    rows = RowKinds.of(compiled)
     said = TOOL_WORDS[tool] + (" (nsys is not on PATH)" if args.tool == "auto" and tool == "torch" else "")
     runs = []
     for number, backend in enumerate(backends, 1):
         print(f"nvtx-regions profile: {backend} ({number}/{len(backends)}) under {said}: {shlex.join(command)}", flush=True)
-        runs.append(_run_backend(backend, args, command, folder / backend, tool))
-    table = compare_backends(runs, baseline=baseline, warmup=args.warmup, spec=compiled)
-    text = render_backends(table)
-    where = write_outputs(folder, table, text)
+        failure = _run_backend(backend, args, command, folder / backend, tool)
+        runs.append(_read_run(backend, failure, folder / backend, manifest, rows, args.rank))
+    distributed = torchrun_start(command) is not None
+    table, text = render_runs(runs, baseline=baseline, warmup=args.warmup, spec=compiled, rank=args.rank, distributed=distributed)
+    where = write_outputs(folder, table, text, runs)
     sys.stdout.flush()
     print(f"\n{text}\n", flush=True)
     print(f"nvtx-regions profile: reports in {folder}/BACKEND/, {where}")
-    if any(run.failure is not None for run in runs) or not table.rows:
+    if any(run.failure is not None or run.problem is not None or run.missing for run in runs) or not table.rows:
         return PROBLEM_FOUND
     return OK
-

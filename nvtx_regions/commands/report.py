@@ -19,34 +19,85 @@ Reads Nsight Systems reports or our capture's Chrome traces
 - GPU-projected time per range beside its CPU time, where the report holds
   CUDA kernels (as nsys's ``nvtxgpuproj``); otherwise a line that says so.
 
+Given the output folders of ``nvtx-regions profile`` instead (one per node of
+a run over several nodes), it merges them into one run and prints the table
+``profile`` prints: every rank, the slowest named per module and pass
+(`commands.profile_folder` reads them; `-o NEW` also writes the table,
+``profile.csv`` and the chart there). Nothing in the folders is changed.
+
 Exit status (`commands.status`): 1 when a file cannot be read or there are
-no ranges (in the ``--domain`` asked for).
+no ranges (in the ``--domain`` asked for), or when merged folders lack a
+rank; 2 when the folders are not of one run (their spec, backends or options
+differ, a rank is in two of them) or a folder is no profile output.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from ..core.naming import ANY_DOMAIN
 from .domain import add_domain_option, domain_word
-from .status import OK, PROBLEM_FOUND
+from .status import OK, PROBLEM_FOUND, UsageError
 
 __all__ = ["HELP", "DESCRIPTION", "add_arguments", "run"]
 
-HELP = "summarize nsys reports (.nsys-rep, .sqlite) or captures per range, rule and module"
+HELP = "summarize nsys reports (.nsys-rep, .sqlite) or captures per range, rule and module; merge profile folders"
 DESCRIPTION = (
     "Summarize the NVTX ranges of Nsight Systems reports (.nsys-rep, or .sqlite from "
-    "'nsys export --type sqlite') or of captures (.json): per range, per rule, per module."
+    "'nsys export --type sqlite') or of captures (.json): per range, per rule, per module. "
+    "Given the output folders of 'nvtx-regions profile' (one per node), print their ranks in one table."
 )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("files", nargs="+", help="reports, summarized together (e.g. one per collection or rank)")
+    parser.add_argument(
+        "files", nargs="+", help="reports, summarized together (e.g. one per collection or rank); or profile output folders, merged"
+    )
     add_domain_option(parser, "only this NVTX domain's ranges (default: every domain)", default=ANY_DOMAIN)
+    parser.add_argument(
+        "-o", "--output", metavar="NEW", help="with profile folders: a new folder for the merged table, profile.csv and chart"
+    )
+
+
+def merge(folders: list[Path], output: str | None) -> int:
+    """Profile folders (one per node) merged into one table (see the module doc)."""
+    from ..language.parse import parse
+    from ..selection.compile import compile_spec
+    from .profile import render_runs, write_outputs
+    from .profile_folder import missing_words, read_folders
+
+    target = Path(output) if output is not None else None
+    if target is not None and (target.exists() or target.is_symlink()):
+        raise UsageError(f"-o {output}: exists; give a new folder (nothing is overwritten)")
+    manifest, runs = read_folders(folders)
+    table, text = render_runs(runs, baseline=manifest.baseline, warmup=manifest.warmup, spec=compile_spec(parse(manifest.spec)), rank=None,
+                              distributed=manifest.world_size == 1)  # fmt: skip
+    print(text)
+    if target is not None:
+        try:
+            target.mkdir(parents=True)
+        except OSError as error:
+            raise UsageError(f"-o {output}: cannot create it ({error.strerror or error}); choose a folder you can write to") from None
+        print(f"\nnvtx-regions report: {write_outputs(target, table, text, runs)}")
+    lacking = missing_words(runs, folders)
+    if lacking:
+        print(f"nvtx-regions report: {lacking}", file=sys.stderr)
+    if lacking or any(run.failure is not None for run in runs) or not table.rows:
+        return PROBLEM_FOUND
+    return OK
 
 
 def run(args: argparse.Namespace) -> int:
+    folders = [Path(name) for name in args.files if Path(name).is_dir()]
+    if folders:
+        if len(folders) != len(args.files):
+            files = [name for name in args.files if not Path(name).is_dir()]
+            raise UsageError(f"{', '.join(files)}: give report files or profile folders, not both")
+        return merge(folders, args.output)
+    if args.output is not None:
+        raise UsageError(f"-o {args.output}: only for profile folders; the summary of report files is printed")
     from ..report.reader import read_ranges
     from ..report.records import render_report
 

@@ -14,54 +14,39 @@ after ops, which differ from backend to backend; a note names them. Given
 the `spec`, a backend that cannot express a rule (`selection.support`; e.g.
 eager and ``between``) shows ``n/a`` in that rule's rows, not ``missing``.
 
-A run's ranges are read by `report.reader.read_ranges`: nsys reports or
-captures, one rank's (``rank=``).
-
-A run's steps are its ``step N`` ranges (`nvtx_regions.steps`, `core.profiling`).
-A module range (`records.module_range`) belongs to the step range of the same
-process that holds it. Step 0 is the compile step; it and the `warmup` steps
-after it are left out; ranges outside every step range are left out too.
-A run without step ranges counts every range, and the table says so.
-
-Time: the GPU time of each range when every run's file holds CUDA kernels,
-counting the ranges that launched GPU work: projected from its kernels in an
-nsys report (`report.nsys_report`, as nsys's ``nvtxgpuproj``), that of its
-``gpu_user_annotation`` in a torch.profiler trace (`report.torch_trace`);
-otherwise the ranges' CPU (wall-clock) durations. The table says which, and
-from what, for torch.profiler traces. A range without a category (torch.profiler
-keeps none) whose message is a region rule's label is that region's. Durations and ratios read as in every table (`report.numbers`).
+A run's ranges are read by `report.reader.read_ranges` (nsys reports or
+captures, one rank's) and summarized by `report.summary` (rows, steps, the
+compile step and `warmup` steps left out, the median of an even n being the
+lower middle call, CPU or GPU time); the table is made from the summaries.
+A range without a category (torch.profiler keeps none) whose message is a
+region rule's label is that region's. Durations and ratios read as in every
+table (`report.numbers`).
 """
 
 from __future__ import annotations
 
-import bisect
-import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ..capture.chrome import RangeRecord
-from ..core.profiling import step_number
 from ..core.naming import rule_category
 from ..core.table import text_table
-from ..selection.compile import CompiledSpec, OpRule, RegionRule
+from ..selection.compile import CompiledSpec, OpRule
 from ..selection.support import BACKEND_NAMES, why_not
 from .numbers import format_duration, format_ratio
 from .reader import Ranges
-from .records import module_range
+from .summary import (CPU_TIME, GPU_TIME, TORCH_CPU_TIME, TORCH_GPU_TIME, Key, RankSummary, RowKinds, Timing,
+                      summarize, time_kind)  # fmt: skip
 
 __all__ = ["BackendRun", "Timing", "BackendRow", "BackendsTable", "compare_backends", "render_backends", "cell_word",
-           "GPU_TIME", "CPU_TIME", "TORCH_GPU_TIME", "TORCH_CPU_TIME"]  # fmt: skip
+           "left_out", "spec_notes", "steps_text", "GPU_TIME", "CPU_TIME", "TORCH_GPU_TIME", "TORCH_CPU_TIME"]  # fmt: skip
 
-GPU_TIME = "GPU-projected time"
-CPU_TIME = "CPU time"
-TORCH_GPU_TIME = "GPU time (torch.profiler's gpu_user_annotation)"
-TORCH_CPU_TIME = "CPU time (torch.profiler's user_annotation)"
 PASSES = ("forward", "backward", "both")  # "both": a region rule that applies to either pass
 
 
 @dataclass(frozen=True)
 class BackendRun:
-    """One backend's run: the ranges of its reports in the spec's domain, one rank's (`report.reader.read_ranges`).
+    """One backend's run: the ranges of its reports in the spec's domain, one rank's (`report.reader.read_ranges`),
+    or that rank's summary (`report.summary`), read already.
 
     failure: why the run gave no table (e.g. its exit status and the tail of its stderr).
     """
@@ -69,14 +54,7 @@ class BackendRun:
     backend: str
     ranges: Ranges = field(default_factory=lambda: Ranges(()))
     failure: str | None = None
-
-
-@dataclass(frozen=True)
-class Timing:
-    """One cell: how many ranges were measured and their median (ns)."""
-
-    n: int
-    median_ns: float
+    summary: RankSummary | None = None
 
 
 @dataclass(frozen=True)
@@ -90,41 +68,6 @@ class BackendRow:
     # Per backend: the rule behind the row is one the backend cannot express (n/a, not missing).
     not_applicable: tuple[bool, ...] = ()
     region: bool = False
-
-
-@dataclass(frozen=True)
-class _Rows:
-    """Which ranges are rows (see the module doc)."""
-
-    regions: dict[tuple[str, str], str]  # (NVTX category, message) of a region rule's ranges -> its pass
-    per_op: frozenset[str]  # the NVTX categories of rules with one range per op
-
-    def category(self, record: RangeRecord) -> str | None:
-        """The NVTX category of a range: its own, else that of the region rule its message is the label of."""
-        if record.category_name is not None:
-            return record.category_name
-        return next((category for category, label in self.regions if label == record.message), None)
-
-    def key(self, record: RangeRecord) -> tuple[str, str] | None:
-        """(row name, pass) of a range, or None for a range that is no row."""
-        found = self.regions.get((self.category(record), record.message))
-        if found is not None:
-            return record.message, found
-        if record.category_name in self.per_op:
-            return None
-        return module_range(record)
-
-    @classmethod
-    def of(cls, spec: CompiledSpec | None) -> _Rows:
-        regions: dict[tuple[str, str], str] = {}
-        per_op = set()
-        for rule in spec.rules if spec is not None else ():
-            if isinstance(rule, RegionRule):
-                label = rule.rule.label if rule.rule.label is not None else rule.region.text()
-                regions[(rule_category(rule.rule), label)] = rule.region.phase or "both"
-            elif isinstance(rule, OpRule):
-                per_op.add(rule_category(rule.rule))
-        return cls(regions, frozenset(per_op))
 
 
 @dataclass(frozen=True)
@@ -150,68 +93,20 @@ class BackendsTable:
         raise KeyError((module, phase))
 
 
-def _measured(
-    run: BackendRun, warmup: int, use_gpu: bool, rows: _Rows
-) -> tuple[dict[tuple[str, str], list[int]], dict[tuple[str, str], str | None], tuple[int, ...], list[str]]:
-    """Per row (name, pass), the measured times of `run` and its ranges' NVTX category; the step
-    numbers measured; notes."""
-    steps: dict[int, list[tuple[int, int, int]]] = {}  # pid -> (start, end, number), by start
-    records = run.ranges.records
-    for record in records:
-        number = step_number(record.message)
-        if number is not None:
-            steps.setdefault(record.pid, []).append((record.start_ns, record.end_ns, number))
-    for found in steps.values():
-        found.sort()
-    notes: list[str] = []
-    if not steps:
-        notes.append(
-            f"{run.backend}: no step ranges (the script does not loop over nvtx_regions.steps(...)), "
-            "so every range is counted, the compile step's too"
-        )
-    times: dict[tuple[str, str], list[int]] = {}
-    categories: dict[tuple[str, str], str | None] = {}
-    measured: set[int] = set()
-    warm = 0  # ranges in the steps left out
-    outside = 0
-    gpu = run.ranges.gpu_ns if use_gpu and run.ranges.gpu_ns is not None else (None,) * len(records)
-    for record, gpu_ns in zip(records, gpu):
-        module = rows.key(record)
-        if module is None:
-            continue
-        categories.setdefault(module, rows.category(record))
-        if steps:
-            found = steps.get(record.pid, [])
-            at = bisect.bisect_right(found, (record.start_ns, float("inf"), 0)) - 1
-            if at < 0 or found[at][1] < record.end_ns:
-                outside += 1
-                continue
-            number = found[at][2]
-            if number <= warmup:
-                warm += 1
-                continue
-            measured.add(number)
-        if use_gpu:
-            if gpu_ns is None:
-                continue  # this range launched no GPU work
-            times.setdefault(module, []).append(gpu_ns)
-        else:
-            times.setdefault(module, []).append(record.duration_ns)
-    if outside:
-        notes.append(f"{run.backend}: {outside} module range{'s' * (outside != 1)} outside every step range, left out")
-    if warm and not measured:
-        last = max(number for found in steps.values() for _, _, number in found)
-        notes.append(
-            f"{run.backend}: no step left to measure: its steps are 0..{last}, and step 0 (compile) and "
-            f"{warmup} warm-up step{'s' * (warmup != 1)} are left out; run more steps, or lower --warmup"
-        )
-    return times, categories, tuple(sorted(measured)), notes
-
-
 def _ratio(value: Timing | None, base: Timing | None) -> float | None:
     if value is None or base is None or base.median_ns == 0:
         return None
     return value.median_ns / base.median_ns
+
+
+def _summary(run: BackendRun, rows: RowKinds, warmup: int) -> RankSummary:
+    """The run's summary: its own, or that of all its ranges together (they are one rank's)."""
+    if run.summary is not None:
+        return run.summary
+    ranges = run.ranges
+    torch = bool(ranges.files) and all(file.torch for file in ranges.files)
+    return summarize(ranges.records, ranges.gpu_ns, rank=0, rows=rows, warmup=warmup, torch=torch,
+                     sources=tuple(file.source for file in ranges.files))  # fmt: skip
 
 
 def compare_backends(
@@ -227,53 +122,47 @@ def compare_backends(
     baseline = backends[0] if baseline is None else baseline
     if baseline not in backends:
         raise ValueError(f"baseline {baseline!r} is not one of the backends {', '.join(backends)}")
-    ran = [run for run in runs if run.failure is None]
-    use_gpu = bool(ran) and all(run.ranges.gpu_ns is not None for run in ran)
-    rows_of = _Rows.of(spec)
-    per_backend: list[dict[tuple[str, str], list[int]]] = []
+    rows_of = RowKinds.of(spec)
+    summaries = [None if run.failure is not None else _summary(run, rows_of, warmup) for run in runs]
+    time, use_gpu, mixed = time_kind(s for s in summaries if s is not None)
+    per_backend: list[Mapping[Key, Timing]] = []
     steps: list[tuple[int, ...]] = []
     notes: list[str] = []
-    order: dict[tuple[str, str], int] = {}
-    categories: dict[tuple[str, str], str | None] = {}
-    for run in runs:
-        if run.failure is not None:
+    order: dict[Key, int] = {}
+    categories: dict[Key, str | None] = {}
+    for run, summary in zip(runs, summaries):
+        if summary is None:
             per_backend.append({})
             steps.append(())
             continue
-        times, found, measured, run_notes = _measured(run, warmup, use_gpu, rows_of)
+        times = summary.times(use_gpu)
         per_backend.append(times)
-        steps.append(measured)
-        notes += run_notes
+        steps.append(summary.steps)
+        notes += [f"{run.backend}: {note}" for note in summary.notes]
         for key in times:
             order.setdefault(key, len(order))
-            categories.setdefault(key, found[key])
-    left_out = _left_out(spec, backends)
-    notes += _spec_notes(spec, backends, left_out)
+            categories.setdefault(key, summary.categories.get(key))
+    cannot = left_out(spec, backends)
+    notes += spec_notes(spec, backends, cannot)
     base = backends.index(baseline)
     modules = tuple(dict.fromkeys(module for module, _ in order))
     keys = sorted(order, key=lambda key: (modules.index(key[0]), PASSES.index(key[1])))
     rows = []
     for module, phase in keys:
-        cells = tuple(
-            Timing(len(found), statistics.median(found)) if (found := times.get((module, phase))) else None
-            for times in per_backend
-        )
-        na = tuple(categories[(module, phase)] in left_out[b] for b in range(len(backends)))
+        cells = tuple(times.get((module, phase)) for times in per_backend)
+        na = tuple(categories[(module, phase)] in cannot[b] for b in range(len(backends)))
         region = (categories[(module, phase)], module) in rows_of.regions
         rows.append(BackendRow(module, phase, cells, tuple(_ratio(cell, cells[base]) for cell in cells), na, region))
     rows.sort(key=lambda row: -_largest(row, base))
-    if not use_gpu and ran and any(run.ranges.gpu_ns is not None for run in ran):
+    if mixed:
         notes.append("some reports hold CUDA kernels and some do not, so CPU times are shown for all")
-    files = [file for run in ran for file in run.ranges.files]
-    torch = bool(files) and all(file.torch for file in files)
-    time = (TORCH_GPU_TIME if torch else GPU_TIME) if use_gpu else (TORCH_CPU_TIME if torch else CPU_TIME)
     return BackendsTable(
         backends, baseline, time, tuple(rows), modules, tuple(steps), warmup,
         tuple(run.failure for run in runs), tuple(notes), any(row.region for row in rows),
     )  # fmt: skip
 
 
-def _left_out(spec: CompiledSpec | None, backends: Sequence[str]) -> list[frozenset[str]]:
+def left_out(spec: CompiledSpec | None, backends: Sequence[str]) -> list[frozenset[str]]:
     """Per backend, the NVTX categories of the rules it cannot express."""
     rules = spec.rules if spec is not None else ()
     known = [backend in BACKEND_NAMES for backend in backends]
@@ -283,13 +172,13 @@ def _left_out(spec: CompiledSpec | None, backends: Sequence[str]) -> list[frozen
     ]
 
 
-def _spec_notes(spec: CompiledSpec | None, backends: Sequence[str], left_out: list[frozenset[str]]) -> list[str]:
+def spec_notes(spec: CompiledSpec | None, backends: Sequence[str], cannot: list[frozenset[str]]) -> list[str]:
     notes = []
     if spec is not None:
         per_op = [rule_category(r.rule) for r in spec.rules if isinstance(r, OpRule)]
         if per_op:
             notes.append(f"rules with one range per op have no rows (their ranges are named after ops): {', '.join(per_op)}")
-    for backend, names in zip(backends, left_out):
+    for backend, names in zip(backends, cannot):
         if names:
             notes.append(f"{backend} cannot express {', '.join(sorted(names))}: n/a in their rows (see the run's warning)")
     return notes
@@ -311,7 +200,7 @@ def _largest(row: BackendRow, base: int) -> float:
     return max(found, default=-1.0)
 
 
-def _steps_text(numbers: Iterable[int]) -> str:
+def steps_text(numbers: Iterable[int]) -> str:
     numbers = list(numbers)
     if not numbers:
         return "none"
@@ -331,7 +220,7 @@ def render_backends(table: BackendsTable) -> str:
         f"ratio: backend / {table.baseline}"
     ]
     for backend, steps, failure in zip(table.backends, table.steps, table.failures):
-        lines.append(f"  {backend}: " + ("failed (see below)" if failure is not None else f"steps {_steps_text(steps)} measured"))
+        lines.append(f"  {backend}: " + ("failed (see below)" if failure is not None else f"steps {steps_text(steps)} measured"))
     head = ["module", "pass", *table.backends, *(f"{table.backends[i]}/{table.baseline}" for i in others)]
     body = []
     for row in table.rows:

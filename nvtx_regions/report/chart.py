@@ -34,7 +34,7 @@ from typing import Any
 from .backends_table import BackendsTable, cell_word
 from .numbers import duration_unit, format_ratio
 
-__all__ = ["COLORS", "DPI", "INSTALL", "WIDTH_PX", "ChartUnavailable", "write_chart"]
+__all__ = ["COLORS", "DPI", "INSTALL", "STYLE", "WIDTH_PX", "ChartUnavailable", "write_chart"]
 
 # One colour per backend column, in order (colour-blind safe: Okabe-Ito).
 COLORS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00")
@@ -44,7 +44,7 @@ INSTALL = "pip install 'nvtx_regions[chart]'"
 # Inches: a bar's thickness, the space between rows, the title and legend above the rows, the time axis.
 _BAR_IN, _ROW_GAP_IN, _HEAD_IN, _AXIS_IN = 0.15, 0.12, 0.75, 0.6
 _TOP_AXIS_ROWS = 12  # more rows than this: the time axis above the rows too
-_STYLE = {
+STYLE = {
     "font.size": 9,
     "svg.fonttype": "none",  # text as <text>, searchable and selectable, not outlines
     "svg.hashsalt": "nvtx_regions",  # the same ids on every run
@@ -67,7 +67,7 @@ def write_chart(table: BackendsTable, stem: str | os.PathLike[str]) -> tuple[Pat
     except ImportError:
         raise ChartUnavailable(f"the chart needs matplotlib, which is not installed: {INSTALL}") from None
     png, svg = Path(f"{os.fspath(stem)}.png"), Path(f"{os.fspath(stem)}.svg")
-    with matplotlib.rc_context(_STYLE):
+    with matplotlib.rc_context(STYLE):
         rows = max(len(table.rows), 1)
         plot = rows * (len(table.backends) * _BAR_IN + _ROW_GAP_IN) + _AXIS_IN * (1 + (len(table.rows) > _TOP_AXIS_ROWS))
         figure = Figure(figsize=(WIDTH_PX / DPI, _HEAD_IN + plot), dpi=DPI, layout="constrained")

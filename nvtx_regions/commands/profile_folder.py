@@ -1,0 +1,207 @@
+"""The output folder of ``nvtx-regions profile``, read back: what ran (``profile.json``), every rank's
+reports, and several folders (one per node) merged into one run.
+
+    write_manifest(folder, Manifest(spec=..., backends=("eager", "inductor"), ...))
+    runs = read_folders([Path("node0"), Path("node1")], rows=RowKinds.of(compiled))  # one BackendRanks per backend
+
+``profile.json`` says what the folder holds: the spec (its canonical text),
+the backends in column order and the baseline, the tool, the domain, the
+warm-up, and, under torchrun, the world size and the ranks this node ran
+(from torchrun's ``--nproc_per_node``, ``--nnodes`` and ``--node_rank``).
+
+A backend's reports, by rank, are found by their names: nsys's
+``report.rank<R>[.N].nsys-rep`` (``report[.N].nsys-rep`` without torchrun:
+rank 0), torch.profiler's ``rank<R>[-PID].pt.trace.json``, and our capture's
+one ``timeline.json``, whose ranges carry their rank. Each rank is read and
+summarized (`report.summary`) before the next is read, so memory holds one
+rank's events and every rank's summary.
+
+Folders merged must hold the same spec, backends, tool, domain and warm-up;
+a rank may appear in one folder only. Every refusal is a `UsageError` that
+names the folders and the fix. A rank missing from 0..N-1 (N: the world
+size, else the largest rank + 1) is no refusal: the table names it
+(`BackendRanks.missing`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ..core.errors import CaptureFileError
+from ..core.naming import ANY_DOMAIN
+from ..report.ranks_table import BackendRanks, ranks_text
+from ..report.reader import read_ranges
+from ..report.summary import RankSummary, RowKinds, summarize_ranks
+from .status import UsageError
+
+__all__ = ["MANIFEST", "Manifest", "write_manifest", "read_manifest", "torchrun_ranks", "rank_files", "read_backend",
+           "read_folders"]  # fmt: skip
+
+MANIFEST = "profile.json"
+_FORMAT = "nvtx_regions profile 1"
+_NSYS = re.compile(r"report(?:\.rank(\d+))?(?:\.\d+)?\.nsys-rep")
+_TORCH = re.compile(r"rank(\d+)(?:-\d+)?\.pt\.trace\.json")
+CAPTURE_FILE = "timeline.json"
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What one ``nvtx-regions profile`` run put in its folder (see the module doc)."""
+
+    spec: str
+    backends: tuple[str, ...]
+    baseline: str
+    tool: str
+    domain: str | None
+    warmup: int
+    world_size: int | None = None  # under torchrun, where its options say it
+    ranks: tuple[int, ...] | None = None  # the ranks this node ran, where torchrun's options say them
+
+
+def write_manifest(folder: Path, manifest: Manifest) -> None:
+    (folder / MANIFEST).write_text(json.dumps({"format": _FORMAT, **asdict(manifest)}, indent=1) + "\n", encoding="utf-8")
+
+
+def read_manifest(folder: Path) -> Manifest:
+    """The manifest of a profile folder; `UsageError` naming the folder when it is none."""
+    path = folder / MANIFEST
+    not_one = f"{folder}: not an output folder of 'nvtx-regions profile'"
+    if not folder.is_dir():
+        raise UsageError(f"{not_one} (no such folder); give the -o folder of each node's run")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"{not_one} (no {MANIFEST}); give the -o folder of each node's run") from None
+    except (OSError, ValueError) as error:
+        raise UsageError(f"{path}: cannot be read ({error}); run 'nvtx-regions profile' again for this node") from None
+    if not isinstance(data, dict) or data.get("format") != _FORMAT:
+        raise UsageError(f"{path}: not a {MANIFEST} this version writes; run 'nvtx-regions profile' again for this node")
+    try:
+        ranks = data.get("ranks")
+        return Manifest(
+            str(data["spec"]), tuple(data["backends"]), str(data["baseline"]), str(data["tool"]), data["domain"],
+            int(data["warmup"]), data.get("world_size"), tuple(ranks) if ranks is not None else None,
+        )  # fmt: skip
+    except (KeyError, TypeError, ValueError) as error:
+        raise UsageError(f"{path}: a field is missing or wrong ({error}); run 'nvtx-regions profile' again for this node") from None
+
+
+def torchrun_ranks(command: Sequence[str]) -> tuple[int | None, tuple[int, ...] | None]:
+    """(world size, the ranks this node runs) of a torchrun command, as its options say them; (None, None)
+    where they do not (``--nproc_per_node=gpu``, an elastic ``--nnodes=1:4``); (1, (0,)) for a command
+    that is no torchrun."""
+    from ..internals.torchrun import torchrun_start
+
+    start = torchrun_start(command)
+    if start is None:
+        return 1, (0,)
+    from torch.distributed.run import get_args_parser
+
+    try:
+        options, _ = get_args_parser().parse_known_args(list(command[start:]))
+        per_node = int(options.nproc_per_node)
+        low, _, high = str(options.nnodes).partition(":")
+        nodes = int(low)
+        if high and int(high) != nodes:
+            return None, None
+        node = int(options.node_rank)
+    except (SystemExit, ValueError, TypeError):
+        return None, None
+    return per_node * nodes, tuple(range(node * per_node, (node + 1) * per_node))
+
+
+def rank_files(folder: Path, tool: str) -> dict[int | None, list[Path]]:
+    """A backend folder's reports by rank (see the module doc); a capture's one file under None (its
+    ranges carry their ranks)."""
+    if tool == "capture":
+        path = folder / CAPTURE_FILE
+        return {None: [path]} if path.is_file() else {}
+    pattern = _NSYS if tool == "nsys" else _TORCH
+    found: dict[int | None, list[Path]] = {}
+    for path in sorted(folder.iterdir()) if folder.is_dir() else ():
+        match = pattern.fullmatch(path.name)
+        if match:
+            found.setdefault(int(match[1] or 0), []).append(path)
+    return found
+
+
+def read_backend(folder: Path, tool: str, domain: str | None, *, rows: RowKinds, warmup: int,
+                 rank: int | None = None) -> Iterator[RankSummary]:  # fmt: skip
+    """Each rank's summary of one backend folder (only `rank`'s, given one), one rank read at a time.
+
+    Raises `CaptureFileError` for a report that cannot be read."""
+    domain = ANY_DOMAIN if tool == "torch" else domain  # record_function ranges have no domain
+    for number, paths in rank_files(folder, tool).items():
+        if rank is not None and number is not None and number != rank:
+            continue
+        ranges = read_ranges([str(p) for p in paths], domain=domain, rank=rank if number is None else None)
+        for summary in summarize_ranks(ranges, rows=rows, warmup=warmup, rank=number).values():
+            if rank is None or summary.rank == rank:
+                yield summary
+
+
+def read_folders(folders: Sequence[Path], *, rows: RowKinds | None = None) -> tuple[Manifest, list[BackendRanks]]:
+    """Several profile folders (one per node) as one run: its manifest and, per backend, every rank's summary.
+
+    Raises `UsageError` for a folder that is no profile output, folders of different runs (spec,
+    backends, tool, domain, warm-up, world size), a folder given twice, a rank found in two folders,
+    and a report that cannot be read."""
+    from ..language.parse import parse
+    from ..selection.compile import compile_spec
+
+    if len(set(map(Path.resolve, folders))) != len(folders):
+        raise UsageError(f"{', '.join(map(str, folders))}: a folder is given twice; give each node's folder once")
+    manifests = [read_manifest(folder) for folder in folders]
+    first = manifests[0]
+    for folder, manifest in zip(folders[1:], manifests[1:]):
+        for what in ("spec", "backends", "tool", "domain", "warmup", "world_size"):
+            mine, theirs = getattr(manifest, what), getattr(first, what)
+            if mine != theirs:
+                word = {"spec": "specs", "backends": "backends", "tool": "tools", "domain": "domains",
+                        "warmup": "warm-ups", "world_size": "world sizes"}[what]  # fmt: skip
+                shown = f":\n  {folders[0]}: {theirs!r}\n  {folder}: {mine!r}" if what != "spec" else ""
+                raise UsageError(
+                    f"{folders[0]} and {folder}: reports of different {word}{shown}\n"
+                    f"merge only the folders of one run: every node runs the same spec, backends, tool and options"
+                )
+    if rows is None:
+        rows = RowKinds.of(compile_spec(parse(first.spec)))
+    runs = []
+    for backend in first.backends:
+        found: dict[int, RankSummary] = {}
+        where: dict[int, Path] = {}
+        for folder in folders:
+            try:
+                summaries = list(read_backend(folder / backend, first.tool, first.domain, rows=rows, warmup=first.warmup))
+            except CaptureFileError as error:
+                raise UsageError(f"{folder / backend}: {error}") from None
+            for summary in summaries:
+                if summary.rank in found:
+                    raise UsageError(
+                        f"rank {summary.rank} of {backend} appears twice: in {where[summary.rank] / backend} and "
+                        f"{folder / backend}; give each node's folder once, and run each node with its own --node_rank"
+                    )
+                found[summary.rank] = summary
+                where[summary.rank] = folder
+        expected = first.world_size if first.world_size is not None else (max(found) + 1 if found else 0)
+        missing = tuple(r for r in range(expected) if r not in found)
+        if not found:
+            runs.append(BackendRanks(backend, failure=f"no report of any rank in {', '.join(str(f / backend) for f in folders)}"))
+        else:
+            runs.append(BackendRanks(backend, found, missing=missing))
+    return first, runs
+
+
+def missing_words(runs: Sequence[BackendRanks], folders: Sequence[Path]) -> str | None:
+    """What the merged folders lack, in words for the command's last line; None when every rank is there."""
+    lacking = sorted({r for run in runs for r in run.missing})
+    if not lacking:
+        return None
+    return (
+        f"no report of rank{'s' * (len(lacking) > 1)} {ranks_text(lacking)} in {', '.join(map(str, folders))}: "
+        "add the folder of the node that ran it, or run that node again"
+    )
