@@ -165,7 +165,8 @@ def tracing_for() -> Any:
     passed as ``torch.compile(backend=)``), or None outside Dynamo's tracing.
 
     Dynamo keeps the translator it is running in ``symbolic_convert.tls.current_tx`` and the
-    backend in its ``output.compiler_fn``, wrapped by ``WrapBackendDebug`` (``_torchdynamo_orig_backend``),
+    backend in its ``output.compiler_fn``, wrapped by ``WrapBackendDebug`` (``_torchdynamo_orig_backend``;
+    ``_torchdynamo_orig_callable`` on 2.8),
     ``torch.compile``'s ``_TorchCompileWrapper`` (``compiler_fn``) and, under DDP, the
     ``DDPOptimizer``'s ``compile_fn`` (its ``backend_compile_fn``) (2.8, 2.11, 2.14). Without it, what
     nvtx_regions does while Dynamo traces (the user's markers kept in the graph, ``record_function``
@@ -173,7 +174,7 @@ def tracing_for() -> Any:
     tx = _translator()
     backend = None if tx is None else getattr(tx.output, "compiler_fn", None)
     for _ in range(8):  # a few wrappers deep at most
-        inner = getattr(backend, "_torchdynamo_orig_backend", None)
+        inner = getattr(backend, "_torchdynamo_orig_backend", None) or getattr(backend, "_torchdynamo_orig_callable", None)
         if inner is None and type(backend).__name__ == "_TorchCompileWrapper":
             inner = backend.compiler_fn
         if inner is None and getattr(backend, "__name__", None) == "compile_fn":

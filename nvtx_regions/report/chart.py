@@ -27,7 +27,9 @@ to install.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -60,24 +62,37 @@ def write_chart(table: BackendsTable, stem: str | os.PathLike[str]) -> tuple[Pat
 
     Raises `ChartUnavailable` when matplotlib is not installed.
     """
+    rows = max(len(table.rows), 1)
+    plot = rows * (len(table.backends) * _BAR_IN + _ROW_GAP_IN) + _AXIS_IN * (1 + (len(table.rows) > _TOP_AXIS_ROWS))
+    with chart_figure(stem, _HEAD_IN + plot) as figure:
+        head, body = figure.subfigures(2, 1, height_ratios=(_HEAD_IN, plot))
+        _head(head, table)
+        _draw(body.add_subplot(), table)
+    return chart_paths(stem)
+
+
+def chart_paths(stem: str | os.PathLike[str]) -> tuple[Path, Path]:
+    """``STEM.png`` and ``STEM.svg``."""
+    return Path(f"{os.fspath(stem)}.png"), Path(f"{os.fspath(stem)}.svg")
+
+
+@contextlib.contextmanager
+def chart_figure(stem: str | os.PathLike[str], height_in: float) -> Iterator[Any]:
+    """A matplotlib ``Figure`` `height_in` inches high, in the charts' style, saved to ``STEM.png``
+    and ``STEM.svg`` as the block ends. Raises `ChartUnavailable` when matplotlib is not installed."""
     try:
         import matplotlib
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError:
         raise ChartUnavailable(f"the chart needs matplotlib, which is not installed: {INSTALL}") from None
-    png, svg = Path(f"{os.fspath(stem)}.png"), Path(f"{os.fspath(stem)}.svg")
+    png, svg = chart_paths(stem)
     with matplotlib.rc_context(STYLE):
-        rows = max(len(table.rows), 1)
-        plot = rows * (len(table.backends) * _BAR_IN + _ROW_GAP_IN) + _AXIS_IN * (1 + (len(table.rows) > _TOP_AXIS_ROWS))
-        figure = Figure(figsize=(WIDTH_PX / DPI, _HEAD_IN + plot), dpi=DPI, layout="constrained")
+        figure = Figure(figsize=(WIDTH_PX / DPI, height_in), dpi=DPI, layout="constrained")
         FigureCanvasAgg(figure)
-        head, body = figure.subfigures(2, 1, height_ratios=(_HEAD_IN, plot))
-        _head(head, table)
-        _draw(body.add_subplot(), table)
+        yield figure
         figure.savefig(png, dpi=DPI, metadata={"Software": None})
         figure.savefig(svg, metadata={"Date": None})
-    return png, svg
 
 
 def _label(module: str, phase: str) -> str:

@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .chart import STYLE, DPI, INSTALL, WIDTH_PX, ChartUnavailable
+from .chart import chart_figure, chart_paths
 from .numbers import duration_unit, format_ratio
 from .ranks_table import RanksTable, cell_word
 
@@ -37,17 +37,8 @@ def write_ranks_chart(table: RanksTable, stem: str | os.PathLike[str]) -> tuple[
 
     Raises `ChartUnavailable` when matplotlib is not installed.
     """
-    try:
-        import matplotlib
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise ChartUnavailable(f"the chart needs matplotlib, which is not installed: {INSTALL}") from None
-    png, svg = Path(f"{os.fspath(stem)}.png"), Path(f"{os.fspath(stem)}.svg")
-    with matplotlib.rc_context(STYLE):
-        rows = max(len(table.rows), 1)
-        figure = Figure(figsize=(WIDTH_PX / DPI, _HEAD_IN + rows * _ROW_IN + _AXIS_IN), dpi=DPI, layout="constrained")
-        FigureCanvasAgg(figure)
+    rows = max(len(table.rows), 1)
+    with chart_figure(stem, _HEAD_IN + rows * _ROW_IN + _AXIS_IN) as figure:
         figure.suptitle(
             f"{table.time} per module call, every rank: one dot per rank (its median over the measured steps)\n"
             "tick: the median across ranks; named: the slowest rank and its ratio to that median; largest imbalance first",
@@ -60,9 +51,7 @@ def write_ranks_chart(table: RanksTable, stem: str | os.PathLike[str]) -> tuple[
             _draw(ax, table, b, scale, longest / scale)
             ax.set_xlabel(f"{table.time} ({unit})")
             ax.set_title(table.backends[b] + (" (failed)" if table.failures[b] is not None else ""), fontsize=9)
-        figure.savefig(png, dpi=DPI, metadata={"Software": None})
-        figure.savefig(svg, metadata={"Date": None})
-    return png, svg
+    return chart_paths(stem)
 
 
 def _draw(ax: Any, table: RanksTable, b: int, scale: float, longest: float) -> None:
