@@ -135,8 +135,9 @@ def compile(
 
 
 def _generate(model: Any, compiler: Any, arguments: dict[str, Any]) -> Any:
-    """`model.generate` (Hugging Face) with the model's ``forward`` compiled by `compiler`, as
-    Hugging Face compiles for generation (``model.forward = torch.compile(model.forward)``).
+    """`model.generate` (Hugging Face's, or any other that calls the model) with the model's
+    ``forward`` compiled by `compiler`, as Hugging Face compiles for generation
+    (``model.forward = torch.compile(model.forward)``).
 
     Without it, ``compiled.generate`` reaches the wrapped model's ``generate``, which calls the
     model uncompiled: no range. Hugging Face's own compile of the forward is turned off
@@ -153,7 +154,8 @@ def _generate(model: Any, compiler: Any, arguments: dict[str, Any]) -> Any:
         nonlocal forward
         if forward is None:
             forward = torch.compile(model.forward, backend=compiler, **arguments)
-        kwargs.setdefault("disable_compile", True)
+        if hasattr(model, "generation_config"):  # Hugging Face's generate, which takes the option
+            kwargs.setdefault("disable_compile", True)
         own = vars(model).get("forward")
         model.forward = forward
         try:

@@ -328,3 +328,40 @@ def test_a_shared_module_gets_eager_names(nvtx_capture, make, spec):
             assert backward == [(k, m) for k, m in expected[0] if "(backward)" in m][: len(backward)]
             assert len(backward) >= len(expected[0]) - len(forward) - 1
     torch._dynamo.reset()
+
+
+class Generator(torch.nn.Module):
+    """nanoGPT's shape of ``generate``: it calls the model once per new token."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([Block(), Block()])
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+    @torch.no_grad()
+    def generate(self, x, tokens: int):
+        for _ in range(tokens):
+            x = self(x)
+        return x
+
+
+def test_a_generate_of_our_own_runs_compiled_with_the_ranges_eager_gives(nvtx_capture):
+    torch.manual_seed(0)
+    model = Generator()
+    x = torch.randn(2, 8)
+    with nvtx_regions.annotate(model, SPEC), nvtx_capture() as events:
+        expected_out = model.generate(x, 3)
+    expected = _ranges(events)
+    assert expected == ["blocks.0", "blocks.1"] * 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compiled = nvtx_regions.compile(model, SPEC, backend="inductor")
+        with nvtx_capture() as events:
+            out = compiled.generate(x, 3)  # takes no Hugging Face option
+    assert _ranges(events) == expected
+    assert torch.allclose(out, expected_out)
+    torch._dynamo.reset()
