@@ -52,11 +52,10 @@ class Models:
         if model in self._models:
             return
         self._models.add(model)
-        paths = module_paths(model)
-        tensors = {id(t): name for name, t in model_tensors(model)}
+        paths, tensors, aliases = _names(model)
         self.paths.update(paths)
         self.tensors.update(tensors)
-        self.aliases.update(_aliases(model))
+        self.aliases.update(aliases)
         weakref.finalize(model, self._forget, paths, tensors)
 
     def _forget(self, paths: dict[str, str], tensors: dict[int, str]) -> None:
@@ -67,16 +66,20 @@ class Models:
         for key in tensors:
             self.tensors.pop(key, None)
         for model in self._models:
-            self.paths.update(module_paths(model))
-            self.tensors.update({id(t): n for n, t in model_tensors(model)})
-            self.aliases.update(_aliases(model))
+            paths, tensors, aliases = _names(model)
+            self.paths.update(paths)
+            self.tensors.update(tensors)
+            self.aliases.update(aliases)
 
     def any(self) -> Any:
         """A model alive (they share one structure), or None."""
         return next(iter(self._models), None)
 
-    def __iter__(self) -> Any:
-        return iter(list(self._models))
+
+def _names(model: Any) -> tuple[dict[str, str], dict[int, str], dict[str, tuple[str, ...]]]:
+    """`model`'s module paths and shared modules' paths by Dynamo's module key, and its parameters'
+    and buffers' names by the tensor's id."""
+    return module_paths(model), {id(t): name for name, t in model_tensors(model)}, _aliases(model)
 
 
 @dataclass(frozen=True)

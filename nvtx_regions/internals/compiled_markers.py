@@ -194,7 +194,7 @@ def install() -> None:
 
         for name, value in (("range_push", range_push), ("range_pop", range_pop), ("range", range)):
             _undo.setattr(torch_nvtx, name, value)
-        _install_nvtx_package()
+        _install_nvtx_package(kept)
         config = torch._dynamo.config
         if hasattr(config, "capture_profiler_record_function"):
             _undo.setattr(config, "capture_profiler_record_function", WHILE_KEPT)
@@ -207,7 +207,7 @@ def _kept() -> Callable[[], bool]:
     return torch._dynamo.assume_constant_result(lambda: keeps_markers())
 
 
-def _install_nvtx_package() -> None:
+def _install_nvtx_package(kept: Callable[[], bool]) -> None:
     """nvtx 0.2.17: ``push_range``/``pop_range`` (module functions of ``nvtx.nvtx``, re-exported by
     ``nvtx``); ``annotate.__init__`` (its ``get_domain`` is an ``lru_cache``, and the attributes
     are built in Cython: Dynamo breaks the graph), ``__enter__``/``__exit__`` (Cython
@@ -221,7 +221,6 @@ def _install_nvtx_package() -> None:
         return
     import torch
 
-    kept = _kept()
     push, pop = module.push_range, module.pop_range
     lib_push, lib_pop = module.libnvtx_push_range, module.libnvtx_pop_range
     annotate = module.annotate

@@ -71,6 +71,17 @@ def write_chart(table: BackendsTable, stem: str | os.PathLike[str]) -> tuple[Pat
     return chart_paths(stem)
 
 
+def stripe(ax: Any, row: int) -> None:
+    """Shade every second row, so that a row reads across."""
+    if row % 2:
+        ax.axhspan(row - 0.5, row + 0.5, color="#f3f3f3", zorder=0, linewidth=0)
+
+
+def no_time(ax: Any, y: float, word: str | None, key: str) -> None:
+    """In place of a time: the word that says why there is none (``missing``, ``n/a``)."""
+    ax.text(0, y, f" {word}", va="center", ha="left", fontsize=7, color="#555555", style="italic", gid=f"{word}:{key}")
+
+
 def chart_paths(stem: str | os.PathLike[str]) -> tuple[Path, Path]:
     """``STEM.png`` and ``STEM.svg``."""
     return Path(f"{os.fspath(stem)}.png"), Path(f"{os.fspath(stem)}.svg")
@@ -127,15 +138,14 @@ def _draw(ax: Any, table: BackendsTable) -> None:
     longest = max(medians, default=scale) / scale
     slot = _BAR_IN / (count * _BAR_IN + _ROW_GAP_IN)  # a bar's share of a row
     for i, row in enumerate(table.rows):
-        if i % 2:
-            ax.axhspan(i - 0.5, i + 0.5, color="#f3f3f3", zorder=0, linewidth=0)
+        stripe(ax, i)
         for b, backend in enumerate(table.backends):
             y = i + (b - (count - 1) / 2) * slot
             key = f"{row.module}:{row.phase}:{backend}"
             cell = row.times[b]
             word = cell_word(table, row, b)
             if word is not None or cell is None:
-                ax.text(0, y, f" {word}", va="center", ha="left", fontsize=7, color="#555555", style="italic", gid=f"{word}:{key}")
+                no_time(ax, y, word, key)
                 continue
             width = cell.median_ns / scale
             ax.barh(y, width, height=slot * 0.92, color=COLORS[b % len(COLORS)], gid=f"bar:{key}", zorder=2)

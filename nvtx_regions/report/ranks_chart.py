@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .chart import chart_figure, chart_paths
+from .chart import chart_figure, chart_paths, no_time, stripe
 from .numbers import duration_unit, format_ratio
 from .ranks_table import RanksTable, cell_word
 
@@ -57,13 +57,12 @@ def write_ranks_chart(table: RanksTable, stem: str | os.PathLike[str]) -> tuple[
 def _draw(ax: Any, table: RanksTable, b: int, scale: float, longest: float) -> None:
     backend = table.backends[b]
     for i, row in enumerate(table.rows):
-        if i % 2:
-            ax.axhspan(i - 0.5, i + 0.5, color="#f3f3f3", zorder=0, linewidth=0)
+        stripe(ax, i)
         key = f"{row.module}:{row.phase}:{backend}"
         cell = row.cells[b]
         word = cell_word(table, row, b)
         if word is not None or cell is None:
-            ax.text(0, i, f" {word}", va="center", ha="left", fontsize=7, color="#555555", style="italic", gid=f"{word}:{key}")
+            no_time(ax, i, word, key)
             continue
         xs = [t.median_ns / scale for _, t in cell.per_rank]
         ax.hlines(i, min(xs), max(xs), color="#999999", linewidth=1, zorder=1)
