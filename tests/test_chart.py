@@ -262,7 +262,7 @@ def parse_table(text: str) -> BackendsTable:
         module, phase, *cells = re.split(r"\s{2,}", line.strip())
         times = []
         for cell in cells[: len(backends)]:
-            match = re.fullmatch(r"([\d.]+) (\w+) \((\d+)\)", cell)
+            match = re.fullmatch(r"([\d.]+) (\w+) \((\d+)(?:: [^)]*)?\)", cell)  # median (n: shortest..longest)
             times.append(Timing(int(match[3]), float(match[1]) * scale[match[2]]) if match else None)
         ratios = [None if r == "-" else float(r) for r in cells[len(backends) :]]
         ratios.insert(backends.index(baseline), 1.0 if times[backends.index(baseline)] else None)

@@ -84,13 +84,31 @@ def table_cells(stdout: str) -> tuple[list[str], dict[tuple[str, str], list[str]
     return head, cells, order
 
 
+CELL = re.compile(r"(\S+ \S+) \((\d+)(?:: (\S+ \S+)\.\.(\S+ \S+))?\)")  # 1.23 ms (3: 1.10 ms..1.52 ms), 1.23 ms (1)
+
+
 def ns_of(cell: str) -> tuple[float, float, int]:
-    """A printed cell ``1.23 ms (3)``: (ns, half the last printed digit in ns, n)."""
-    match = re.fullmatch(r"([\d.]+) (s|ms|us|ns) \((\d+)\)", cell)
+    """A printed cell: (the median's ns, half its last printed digit in ns, n)."""
+    match = CELL.fullmatch(cell)
+    assert match and (match[3] is None) == (match[2] == "1"), cell  # a spread for n > 1 only
+    return (*duration_ns(match[1]), int(match[2]))
+
+
+def spread_of(cell: str) -> tuple[tuple[float, float], tuple[float, float]]:
+    """A printed cell's shortest and longest call: each (ns, half its last printed digit in ns)."""
+    match = CELL.fullmatch(cell)
     assert match, cell
-    scale = {"s": 1e9, "ms": 1e6, "us": 1e3, "ns": 1.0}[match[2]]
-    decimals = len(match[1].partition(".")[2])
-    return float(match[1]) * scale, 0.5 * 10**-decimals * scale, int(match[3])
+    if match[3] is None:  # one call
+        return duration_ns(match[1]), duration_ns(match[1])
+    return duration_ns(match[3]), duration_ns(match[4])
+
+
+def duration_ns(text: str) -> tuple[float, float]:
+    """A printed duration ``1.23 ms``: (ns, half the last printed digit in ns)."""
+    number, unit = text.split(" ")
+    scale = {"s": 1e9, "ms": 1e6, "us": 1e3, "ns": 1.0}[unit]
+    decimals = len(number.partition(".")[2])
+    return float(number) * scale, 0.5 * 10**-decimals * scale
 
 
 # ------------------------------------------------------------------ an independent reading of an nsys export
@@ -169,7 +187,7 @@ def test_the_tutorial_shows_the_real_output(tutorial):
     # The times differ from run to run, and so does the order of rows that follows them.
     backends, out, done = tutorial
     shown = doc_block("text", "<!-- profile: table -->")
-    numbers = re.compile(r"\d+(\.\d+)? (s|ms|us|ns)( \(\d+\))?|\d+\.\d+")
+    numbers = re.compile(r"\d+(\.\d+)? (s|ms|us|ns)|\d+\.\d+")
 
     def masked(text: str) -> list[str]:
         lines = [re.sub(r"\s+", " ", re.sub("-{3,}", "---", numbers.sub("#", line))).rstrip() for line in text.strip().splitlines()]
@@ -203,12 +221,14 @@ def test_every_block_row_for_every_backend_and_warmup_left_out(tutorial):
 def test_medians_are_those_of_the_sqlite_export(tutorial):
     backends, out, done = tutorial
     _, cells, order = table_cells(done.stdout)
-    medians = {b: {k: statistics.median(v) for k, v in independent_medians(out / b / "report.sqlite", 2)[0].items()}
-               for b in backends}  # fmt: skip
+    calls = {b: independent_medians(out / b / "report.sqlite", 2)[0] for b in backends}
+    medians = {b: {k: statistics.median(v) for k, v in calls[b].items()} for b in backends}
     for key, row in cells.items():
         for backend, cell in zip(backends, row):
             printed, rounding, _ = ns_of(cell)
             assert abs(printed - medians[backend][key]) <= rounding * 1.0001, (backend, key, cell)
+            for (shown, digit), real in zip(spread_of(cell), (min(calls[backend][key]), max(calls[backend][key]))):
+                assert abs(shown - real) <= digit * 1.0001, (backend, key, cell)
         for backend, ratio in zip(backends[1:], row[len(backends) :]):
             assert float(ratio) == pytest.approx(medians[backend][key] / medians["eager"][key], rel=0.01, abs=0.006)
     # Largest ratio first.
@@ -309,7 +329,7 @@ def test_rules_a_backend_cannot_express_read_n_a_and_the_run_succeeds(tmp_path):
     chart = read_chart(out / "profile")
     assert chart.words == {("attn0", "forward", "eager"): "n/a"}
     # The docs show a real run of it (times vary, and the order of rows with them).
-    numbers = re.compile(r"\d+(\.\d+)? (s|ms|us|ns)( \(\d+\))?|\d+\.\d+")
+    numbers = re.compile(r"\d+(\.\d+)? (s|ms|us|ns)|\d+\.\d+")
 
     def masked(text: str) -> list[str]:
         lines = [re.sub(r"\s+", " ", re.sub("-{3,}", "---", numbers.sub("#", line))).rstrip() for line in text.strip().splitlines()]
@@ -389,12 +409,21 @@ if backend == "inductor" and "--fail-inductor" in sys.argv:
 rank = int(os.environ.get("RANK", "0"))
 
 
+class Last(torch.nn.Linear):
+    step = 0
+
+    def forward(self, x):
+        if "--crash-in-last" in sys.argv and Last.step == 3:
+            os._exit(5)  # a crash inside the module's range: no exit handler runs
+        return super().forward(x)
+
+
 class Net(torch.nn.Module):
     def __init__(self, extra):
         super().__init__()
         self.first = torch.nn.Linear(4, 4)
         self.extra = torch.nn.Linear(4, 4) if extra else None
-        self.last = torch.nn.Linear(4, 1)
+        self.last = Last(4, 1)
 
     def forward(self, x):
         x = self.first(x)
@@ -407,7 +436,7 @@ class Net(torch.nn.Module):
 model = Net(extra=(rank == 1) if "RANK" in os.environ else backend == "eager")
 compiled = nvtx_regions.compile(model)
 x = torch.randn(2, 4, requires_grad=True)
-for _ in nvtx_regions.steps(range(4)):
+for Last.step in nvtx_regions.steps(range(4)):
     compiled(x).sum().backward()
 """
 
@@ -461,6 +490,25 @@ def test_a_module_one_backend_lacks_is_missing_and_a_failed_backend_is_reported(
     again = profile([str(tiny / "modules.nvtx"), "--tool", "capture", "-o", str(out), "--", PYTHON, "-c", "pass"], tmp_path)
     assert again.returncode == 2 and "the folder exists; add --force-overwrite" in again.stderr
     assert (out / "eager" / "timeline.json").is_file()  # nothing was touched
+
+
+def test_a_range_a_crash_left_open_is_no_call(tiny, tmp_path):
+    """The process dies inside ``last``'s forward in step 3: that range never ends. It is left out
+    (its end is only the process's last event), the note says so, and the calls that ended stay."""
+    out = tmp_path / "out"
+    argv = [str(tiny / "modules.nvtx"), "--tool", "capture", "--backends", "eager", "-o", str(out), "--",
+            PYTHON, str(tiny / "tiny.py"), "--crash-in-last"]  # fmt: skip
+    done = profile(argv, tmp_path)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    records = load_chrome_trace(str(out / "eager" / "timeline.json"))
+    assert {r.message for r in records if r.unclosed} == {"step 3", "last"}  # the capture kept them, open
+    _, cells, _ = table_cells(done.stdout)
+    # Steps 2..3 measured: step 3 ends at the crash, after first's forward and before last's ended.
+    counts = {key: ns_of(row[0])[2] for key, row in cells.items()}
+    ended = {"forward": 2, "backward": 1}  # eager's model has extra
+    assert counts == {**{(m, p): n for m in ("first", "extra") for p, n in ended.items()}, ("last", "forward"): 1, ("last", "backward"): 1}
+    assert "note: eager: 1 module range never ended (the process crashed or was stopped inside it), left out" in done.stdout
+    assert "exited with status 5" in done.stdout
 
 
 def test_torchrun_one_rank_at_a_time(tiny, tmp_path):

@@ -111,15 +111,36 @@ def profile_holding_the_nsys_lock(argv: list[str], tmp_path: Path) -> subprocess
     return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
 
 
+def aborted_at_exit(done: subprocess.CompletedProcess, out: Path) -> bool:
+    """Whether a rank's program ended with SIGABRT's status (torchrun: "nsys FAILED", exitcode 134)
+    after every rank of every backend wrote its report: seen once in a CI run (nsys 2022.4.2, torch
+    2.11, three nsys sessions at once), the table complete. One rank's status, not the profile's."""
+    text = done.stdout + done.stderr
+    reports = {backend: len(list((out / backend).glob("report.rank*.nsys-rep"))) for backend in ("eager", "inductor")}
+    return done.returncode != 0 and "nsys FAILED" in text and re.search(r"exitcode\s*: 134\b", text) is not None \
+        and set(reports.values()) == {3}  # fmt: skip
+
+
+def ranks_stderr(out: Path) -> str:
+    """Each backend's stderr.txt, without torch's CUDA warnings (no GPU here): what a failing rank printed."""
+    noise = ("UserWarning: CUDA initialization", "torch._C._cuda_getDeviceCount", "No CUDA runtime is found")
+    parts = []
+    for path in sorted(out.glob("*/stderr.txt")):
+        lines = [line for line in path.read_text(errors="replace").splitlines() if not any(n in line for n in noise)]
+        parts.append(f"\n--- {path.parent.name}/stderr.txt, last lines:\n" + "\n".join(lines[-60:]))
+    return "".join(parts)
+
+
 def test_nsys_names_the_slow_rank_from_a_report_per_rank(workdir, tmp_path):
     require_nsys()
     out = tmp_path / "slow_rank"
     argv = doc_argv(workdir, out, tool="nsys")
     done = profile_holding_the_nsys_lock(argv, tmp_path)
-    if nsys_failed_by_itself(done.returncode, done.stdout + done.stderr):  # three sessions start at once
+    # Three sessions start at once; once in CI one rank aborted at its exit, its report written.
+    if nsys_failed_by_itself(done.returncode, done.stdout + done.stderr) or aborted_at_exit(done, out):
         shutil.rmtree(out)
         done = profile_holding_the_nsys_lock(argv, tmp_path)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:] + ranks_stderr(out)
     for backend in ("eager", "inductor"):
         assert sorted(p.name for p in (out / backend).glob("*.nsys-rep")) == [f"report.rank{r}.nsys-rep" for r in range(3)]
     row = first_line(done.stdout)

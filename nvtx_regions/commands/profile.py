@@ -245,8 +245,9 @@ def _no_report(tool: str, folder: Path, rank: int | None) -> str:
 
 def _read_run(backend: str, failure: str | None, folder: Path, manifest: Manifest, rows: RowKinds,
               rank: int | None) -> BackendRanks:  # fmt: skip
-    """The ranks of one backend's run (only `rank`, given one). A run that failed but left reports of some
-    ranks (a rank crashed) keeps them, and its failure becomes a problem said under the table."""
+    """The ranks of one backend's run (only `rank`, given one). A run that failed but left reports (a rank
+    crashed, or the one process did after some steps) keeps them, and its failure becomes a problem said
+    under the table."""
     try:
         found = {s.rank: s for s in read_backend(folder, manifest.tool, manifest.domain, rows=rows, warmup=manifest.warmup, rank=rank)}
     except CaptureFileError as error:
@@ -254,7 +255,7 @@ def _read_run(backend: str, failure: str | None, folder: Path, manifest: Manifes
     if failure is not None:  # a failed run keeps only the ranks that got as far as a step or a module
         found = {number: summary for number, summary in found.items() if summary.cpu or summary.steps}
     expected = (rank,) if rank is not None else manifest.ranks or tuple(sorted(found))
-    if not found or (failure is not None and len(expected) <= 1):
+    if not found:
         return BackendRanks(backend, failure=failure or _no_report(manifest.tool, folder, rank))
     missing = tuple(r for r in expected if r not in found)
     return BackendRanks(backend, found, missing=missing, problem=failure)
@@ -295,13 +296,14 @@ def render_runs(runs: Sequence[BackendRanks], *, baseline: str, warmup: int, spe
         problems = [f"{run.backend}: {run.problem}" for run in runs if run.problem is not None]
         return table, "\n".join([text, *problems])
     one = [
-        BackendRun(run.backend, failure=run.failure or run.problem) if run.failure or run.problem or shown not in run.ranks
+        BackendRun(run.backend, failure=run.failure or run.problem) if run.failure or shown not in run.ranks
         else BackendRun(run.backend, summary=run.ranks[shown])
         for run in runs
     ]  # fmt: skip
     one = [r if r.failure or r.summary else BackendRun(r.backend, failure=f"no report of rank {shown}") for r in one]
     table = compare_backends(one, baseline=baseline, warmup=warmup, spec=spec)
-    text = render_backends(table)
+    problems = [f"{run.backend}: {run.problem}" for run in runs if run.problem is not None and shown in run.ranks]
+    text = "\n".join([render_backends(table), *problems])
     if rank is None and distributed and any(run.ranks for run in runs):
         text += "\nnote: one rank (world size 1): the table of rank 0; under torchrun with several ranks, every rank is compared"
     return table, text

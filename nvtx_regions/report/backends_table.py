@@ -38,7 +38,7 @@ from .summary import (CPU_TIME, GPU_TIME, TORCH_CPU_TIME, TORCH_GPU_TIME, Key, R
                       summarize, time_kind)  # fmt: skip
 
 __all__ = ["BackendRun", "Timing", "BackendRow", "BackendsTable", "compare_backends", "render_backends", "cell_word",
-           "left_out", "spec_notes", "steps_text", "GPU_TIME", "CPU_TIME", "TORCH_GPU_TIME", "TORCH_CPU_TIME"]  # fmt: skip
+           "left_out", "spec_notes", "steps_text", "timing_text", "GPU_TIME", "CPU_TIME", "TORCH_GPU_TIME", "TORCH_CPU_TIME"]  # fmt: skip
 
 PASSES = ("forward", "backward", "both")  # "both": a region rule that applies to either pass
 
@@ -200,6 +200,15 @@ def _largest(row: BackendRow, base: int) -> float:
     return max(found, default=-1.0)
 
 
+def timing_text(timing: Timing) -> str:
+    """A cell: the median, then the number of calls and their spread, ``182.9 us (3: 170.1 us..190.4 us)``
+    (one call: ``182.9 us (1)``)."""
+    spread = ""
+    if timing.n > 1 and timing.low_ns is not None and timing.high_ns is not None:
+        spread = f": {format_duration(timing.low_ns)}..{format_duration(timing.high_ns)}"
+    return f"{format_duration(timing.median_ns)} ({timing.n}{spread})"
+
+
 def steps_text(numbers: Iterable[int]) -> str:
     numbers = list(numbers)
     if not numbers:
@@ -216,7 +225,7 @@ def render_backends(table: BackendsTable) -> str:
     warm = "step 0 (compile)" + (f" and {table.warmup} more" if table.warmup else "")
     what = "module call and region" if table.regions else "module call"
     lines = [
-        f"{table.time} per {what}: median over the measured steps (n ranges), warm-up {warm} left out; "
+        f"{table.time} per {what}: median over the measured steps (n ranges: shortest..longest), warm-up {warm} left out; "
         f"ratio: backend / {table.baseline}"
     ]
     for backend, steps, failure in zip(table.backends, table.steps, table.failures):
@@ -226,7 +235,7 @@ def render_backends(table: BackendsTable) -> str:
     for row in table.rows:
         cells = []
         for b, (cell, failure) in enumerate(zip(row.times, table.failures)):
-            cells.append(cell_word(table, row, b) or f"{format_duration(cell.median_ns)} ({cell.n})")  # type: ignore[union-attr]
+            cells.append(cell_word(table, row, b) or timing_text(cell))  # type: ignore[arg-type]
         ratios = [format_ratio(row.ratios[i]) for i in others]
         body.append([row.module, row.phase, *cells, *ratios])
     lines += ["", text_table(head, body, "ll" + "r" * (len(head) - 2), rule=True)]

@@ -20,6 +20,10 @@ Step 0 is the compile step; it and the `warmup` steps after it are left
 out; ranges outside every step range are left out too. A run without step
 ranges counts every range, and its notes say so.
 
+A range that never ended (``unclosed``: its process crashed or was stopped
+inside it, so its end is only the process's last event) is no call: it is
+left out, and the notes say how many.
+
 The median of a row is the lower middle call for an even n (`statistics.median_low`):
 over two calls, one a 125 ms spike (a compile, a page fault), it is the other call, never
 their mean. `Timing.low_ns` and `Timing.high_ns` give the spread across calls.
@@ -163,10 +167,13 @@ def summarize(
     gpu_times: dict[Key, list[int]] = {}
     categories: dict[Key, str | None] = {}
     measured: set[int] = set()
-    warm = outside = 0
+    warm = outside = unclosed = 0
     for index, record in enumerate(records):
         key = rows.key(record)
         if key is None:
+            continue
+        if record.unclosed:  # its end is only the process's last event: no duration
+            unclosed += 1
             continue
         categories.setdefault(key, rows.category(record))
         if steps:
@@ -182,6 +189,11 @@ def summarize(
         cpu_times.setdefault(key, []).append(record.duration_ns)
         if gpu is not None and gpu[index] is not None:  # a range that launched no GPU work has no GPU time
             gpu_times.setdefault(key, []).append(gpu[index])
+    if unclosed:
+        notes.append(
+            f"{unclosed} module range{'s' * (unclosed != 1)} never ended (the process crashed or was stopped inside "
+            f"{'them' if unclosed != 1 else 'it'}), left out; the rows hold the calls that ended"
+        )
     if outside:
         notes.append(f"{outside} module range{'s' * (outside != 1)} outside every step range, left out")
     if warm and not measured:
