@@ -183,6 +183,89 @@ def test_layer_by_layer_compile_gives_eager_names_from_the_first_step(nvtx_captu
     torch._dynamo.reset()
 
 
+class MLP(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(8, 16), torch.nn.Linear(16, 8)
+
+    def forward(self, x):
+        return self.down(torch.relu(self.up(x)))
+
+
+class Layer(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm, self.mlp = torch.nn.LayerNorm(8), MLP()
+
+    def forward(self, x):
+        return x + self.mlp(self.norm(x))
+
+
+class Deep(torch.nn.Module):
+    """Ten layers: more than Dynamo's recompile limit (8), which a recompile per layer would pass."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(Layer() for _ in range(10))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def _compile_plainly(model: Deep, way: str) -> None:
+    for number, layer in enumerate(model.layers):
+        if way == "layer.compile()":
+            layer.compile()
+        else:
+            model.layers[number] = torch.compile(layer)
+
+
+@pytest.mark.parametrize("way", ["layer.compile()", "torchtitan"])
+def test_eager_annotation_beside_a_plain_per_layer_compile_breaks_no_graph_and_says_what_it_misses(nvtx_capture, way):
+    """Eager annotation, then each layer compiled by a plain torch.compile: Dynamo compiles as it does
+    without the annotation (one graph, no break, no recompile per layer), the layers' own ranges
+    (their hooks run outside compiled code) are eager's, and one warning says that the modules inside
+    the compiled layers get none, and how to get them."""
+    spec = "each module <layers.*>\neach class <MLP>"
+
+    def steps(model):
+        seen = []
+        for _ in range(3):
+            with nvtx_capture() as events:
+                model(torch.randn(4, 8, requires_grad=True)).sum().backward()
+            seen.append(_ranges(events))
+        return seen
+
+    with nvtx_regions.annotate(Deep(), spec) as annotation:
+        eager = steps(annotation.model)
+    assert eager[0][:2] == ["layers.0", "layers.0.mlp"]
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    plain = Deep()
+    _compile_plainly(plain, way)
+    steps(plain)
+    plain_graphs = _graphs()
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    model = Deep()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with nvtx_regions.annotate(model, spec):
+            _compile_plainly(model, way)
+            seen = steps(model)
+    assert not torch._dynamo.utils.counters["graph_break"]
+    assert _graphs() == plain_graphs == 1
+    layers_only = [[name for name in step if ".mlp" not in name] for step in eager]
+    assert seen == layers_only and len(seen[0]) == 20
+    ours = [str(w.message) for w in caught if issubclass(w.category, nvtx_regions.NvtxRegionsWarning)]
+    assert len(ours) == 1, ours
+    assert "compiles the forward of layers.0 with a backend that is not nvtx_regions'" in ours[0]
+    assert "backend=nvtx_regions.NvtxInductor(spec, model=model)" in ours[0]
+    torch._dynamo.reset()
+
+
 class CheckpointedNet(torch.nn.Module):
     def __init__(self, reentrant: bool) -> None:
         super().__init__()

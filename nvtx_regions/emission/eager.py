@@ -45,7 +45,14 @@ How the ranges are made, and the promises that follow:
   (`runtime.clock`), as on every backend;
 - `remove()` removes every module hook, and restores each module's hook
   dicts exactly; hooks already on autograd nodes of a graph not yet run
-  backward do nothing more than open and close an empty range.
+  backward do nothing more than open and close an empty range;
+- under Dynamo the hooks do nothing, so they never break a graph of a plain
+  ``torch.compile`` (a layer compiled on its own, say): the module calls
+  inside compiled code get no range from them, and one `NvtxRegionsWarning`
+  per annotation names the compiled module and the way to their ranges
+  (nvtx_regions' backend). Dynamo never compiles a hook as a frame of its
+  own (`internals.dynamo.run_outside_dynamo`), so a hook that runs outside
+  compiled code, around a compiled module, keeps its range.
 
 On CUDA, autograd runs backward on its own threads: the backward ranges are
 pushed and popped there (their gates were read at the forward, by the one
@@ -57,9 +64,11 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ..core.errors import NvtxRegionsWarning
 from ..core.handle import HANDLE, SpecHandle
 from ..core.naming import DEFAULT_DOMAIN, module_call_name, range_message, rule_category, rule_color
 from ..core.profiling import DEFAULT_SELECT
@@ -71,6 +80,9 @@ from ..selection.support import report_unsupported, restrict
 from ..selection.unselected import RuleTally
 from .backward_hooks import BackwardCall
 from .eager_view import module_views
+from ..internals.dynamo import called_while_traced, run_outside_dynamo, traced_self, tracing_for
+from ..internals.inductor_origins import model_modules
+from ..internals.module_hooks import HookIds, register_hooks
 from ..runtime.clock import current_rank, current_step, watch_step_gates
 from ..runtime.domain import Domain, calls_of
 from ..runtime.hook_ranges import CALL, MODULE, PUSHED, HookRanges
@@ -184,6 +196,16 @@ class EagerAnnotation(SpecHandle):
         import torch
 
         self._grad_enabled = torch.is_grad_enabled
+        self._compiling = torch.compiler.is_compiling
+        self._traced_warned = False
+        annotation = self
+
+        def traced() -> bool:  # called for real by Dynamo, tracing a hook of this annotation
+            annotation._note_traced()
+            return True
+
+        self._traced = called_while_traced(traced)
+        run_outside_dynamo(EagerAnnotation._root_pre_hook)
         self.views = module_views(self.model)
         self._plans = [make_plan(self.compiled, view, self.domain_name) for view in self.views]
         targets: dict[int, _Target] = {}
@@ -200,12 +222,33 @@ class EagerAnnotation(SpecHandle):
         self._targets = [targets[index] for index in sorted(targets)]
         # The root's pre-hook runs first, before any range of the root is pushed.
         self._handles.append(self.model.register_forward_pre_hook(self._root_pre_hook, prepend=True))
+        ids = HookIds()  # one id per kind for all: Dynamo's guards on hook ids then pass on every layer
         for target in self._targets:
-            module = target.module
             # Only a backward range needs the keyword arguments (tensors in them are inputs too).
-            pre_hook = self._pre_hook(target)
-            self._handles.append(module.register_forward_pre_hook(pre_hook, with_kwargs=bool(target.backward)))
-            self._handles.append(module.register_forward_hook(self._post_hook(target), always_call=True))
+            hooks = (self._pre_hook(target), self._post_hook(target))
+            self._handles += register_hooks(target.module, *hooks, with_kwargs=bool(target.backward), ids=ids)
+
+    def _note_traced(self) -> None:
+        """Dynamo traces a hook of this annotation: warn once, naming the compiled module, unless the
+        trace is for a backend of ours (its graphs hold the spec's ranges)."""
+        if self._traced_warned or getattr(type(tracing_for()), "keeps_user_markers", False):
+            return
+        self._traced_warned = True
+        where = "code that calls modules of this model"
+        traced = traced_self()
+        if traced is not None:
+            found = next((path for path, module in model_modules(self.model) if module is traced), None)
+            if found is not None:
+                where = f"the forward of {found or type(self.model).__name__}"
+        warnings.warn(
+            f"nvtx_regions.annotate({type(self.model).__name__}): Dynamo (torch.compile) compiles {where} with a "
+            "backend that is not nvtx_regions', so the modules called inside what it compiles get no range from this "
+            "annotation: its hooks do nothing there, as tracing them would break the graph. For their ranges, "
+            "compile with nvtx_regions' backend, backend=nvtx_regions.NvtxInductor(spec, model=model) "
+            "(docs/how-to/layer-by-layer.md), or nvtx_regions.compile(model, spec) in place of annotate",
+            NvtxRegionsWarning,
+            stacklevel=2,
+        )
 
     def _report_unselected(self, strict: bool) -> None:
         """Warn (with `strict`, raise `SelectorError`) for each rule that selected no module call, as
@@ -223,6 +266,9 @@ class EagerAnnotation(SpecHandle):
         return rule.gate is None or rule.gate.is_open(current_rank(), step)
 
     def _root_pre_hook(self, module: Any, args: Any) -> None:
+        if self._compiling():  # under Dynamo: nothing (see the module doc)
+            self._traced()
+            return
         if module is not self.model:  # a deep copy's
             return
         # Outside any backward nothing of ours is open on this thread, unless a backward raised
@@ -257,8 +303,12 @@ class EagerAnnotation(SpecHandle):
         # hooks run among much other code, a loop measured about 1 us a call (eager_hooks.py).
         one = len(attributes) == 1
         first = attributes[0] if one else None
+        compiling, traced = self._compiling, self._traced
 
         def forward_pre_hook(module: Any, args: Any, kwargs: Any = None) -> None:
+            if compiling():  # under Dynamo: nothing (see the module doc); first, so Dynamo reads no more
+                traced()
+                return
             if module is not owner:  # a deep copy's module, which has a copy of this hook
                 return
             try:
@@ -285,7 +335,7 @@ class EagerAnnotation(SpecHandle):
             else:
                 stack.append(plain)
 
-        return forward_pre_hook
+        return run_outside_dynamo(forward_pre_hook)
 
     def _gated_pre_hook(self, stack: list, key: int, forward: list, backward: list, args: Any, kwargs: Any) -> None:
         """A pre-hook's work where the spec has gates (read at the root's pre-hook, for the
@@ -301,8 +351,11 @@ class EagerAnnotation(SpecHandle):
         local, stack_of, pop = ranges.local, ranges.stack, ranges.pop
         plain, pops = target.plain_entry, range(len(target.forward))
         one = len(target.forward) == 1  # popped without a loop (see the pre-hook)
+        compiling = self._compiling
 
         def forward_hook(module: Any, args: Any, output: Any) -> None:
+            if compiling():  # under Dynamo: nothing, as the pre-hook
+                return
             if module is not owner:  # a deep copy's module
                 return
             try:
@@ -333,7 +386,7 @@ class EagerAnnotation(SpecHandle):
             if entry[CALL] is not None:
                 entry[CALL].outputs_ready(output)
 
-        return forward_hook
+        return run_outside_dynamo(forward_hook)
 
 
 def annotate(

@@ -202,9 +202,9 @@ def install() -> None:
 
 def _kept() -> Callable[[], bool]:
     """`keeps_markers`, for the substitutes: Dynamo calls it and takes its result as a constant."""
-    import torch
+    from .dynamo import called_while_traced
 
-    return torch._dynamo.assume_constant_result(lambda: keeps_markers())
+    return called_while_traced(lambda: keeps_markers())
 
 
 def _install_nvtx_package(kept: Callable[[], bool]) -> None:

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 __all__ = [
-    "around", "on_backward", "profiler_calls_dropped", "recompile_limit_hits", "run_outside_dynamo", "tracing_for",
-    "traced_function", "whole_frame",
+    "around", "called_while_traced", "on_backward", "profiler_calls_dropped", "recompile_limit_hits", "run_outside_dynamo",
+    "traced_function", "traced_self", "tracing_for", "whole_frame",
 ]  # fmt: skip
 
 
@@ -144,6 +144,30 @@ def traced_function() -> str | None:
     tx = _translator()
     code = None if tx is None else getattr(tx, "f_code", None)
     return None if code is None else f"'{code.co_name}' ({code.co_filename}:{code.co_firstlineno})"
+
+
+def traced_self() -> Any:
+    """The first argument of the frame that the Dynamo trace in progress on this thread compiles (the
+    module whose ``forward`` it is, for a compiled module), or None. The outermost translator (the end
+    of the inlining translators' ``parent`` chain) keeps the frame's real locals in ``f_locals`` (2.8,
+    2.11, 2.14). Without it, the warning that a plain ``torch.compile`` traces eager hooks could not
+    name the module."""
+    tx = _translator()
+    while getattr(tx, "parent", None) is not None:
+        tx = tx.parent
+    code, f_locals = getattr(tx, "f_code", None), getattr(tx, "f_locals", None)
+    if code is None or not code.co_argcount or not isinstance(f_locals, dict):
+        return None
+    return f_locals.get(code.co_varnames[0])
+
+
+def called_while_traced(function: Callable[[], Any]) -> Callable[[], Any]:
+    """`function` (no arguments), which Dynamo, tracing a call to it, calls for real and whose result it
+    takes as a constant: ``torch._dynamo.assume_constant_result`` (2.8, 2.11, 2.14; no graph break, no
+    guard). Without it, code run under Dynamo could not tell, at trace time, what is being traced."""
+    import torch
+
+    return torch._dynamo.assume_constant_result(function)
 
 
 def whole_frame(gm: Any) -> bool:
