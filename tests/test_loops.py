@@ -266,6 +266,36 @@ def test_eager_annotation_beside_a_plain_per_layer_compile_breaks_no_graph_and_s
     torch._dynamo.reset()
 
 
+def test_a_backend_per_layer_past_the_recompile_limit_is_named_as_our_doing(tmp_path, monkeypatch):
+    """Ten layers, each compiled with a new NvtxInductor: Dynamo compiles the layers' shared code again
+    for each new backend object, and stops at its recompile limit (8). The warning says the recompiles
+    are ours, and what to do (one backend for all); with one backend, no warning and every layer compiled."""
+    from nvtx_regions.inductor import NvtxInductor
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    torch._dynamo.reset()
+    model = Deep()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for layer in model.layers:
+            layer.compile(backend=NvtxInductor("each module <layers.*>", model=model))
+        _step(model)
+    ours = [str(w.message) for w in caught if issubclass(w.category, nvtx_regions.NvtxRegionsWarning) and "recompile_limit" in str(w.message)]
+    assert len(ours) == 1, ours
+    assert "The recompiles are ours: Dynamo compiled it for 8 different NvtxInductor objects" in ours[0]
+    assert "Make one NvtxInductor(spec, model=model) and pass it to every compile" in ours[0]
+    torch._dynamo.reset()
+    shared_model = Deep()
+    shared = NvtxInductor("each module <layers.*>", model=shared_model)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for layer in shared_model.layers:
+            layer.compile(backend=shared)
+        _step(shared_model)
+    assert not [str(w.message) for w in caught if "recompile_limit" in str(w.message)]
+    torch._dynamo.reset()
+
+
 class CheckpointedNet(torch.nn.Module):
     def __init__(self, reentrant: bool) -> None:
         super().__init__()

@@ -211,7 +211,7 @@ class NvtxInductor(SpecHandle):
             patches = {**internals.mode_options(mode), **self.options, **(options or {})}
             return internals.compile_fx(gm, example_inputs, config_patches=patches)
         internals.install()
-        dynamo_events.compiled_for_us()
+        dynamo_events.compiled_for_us(self)
         taken = marker_nodes.take_markers(gm)
         for problem in taken.problems:
             self._say(

@@ -7,6 +7,7 @@ from compiled code on a torch that cannot keep it (2.8). Dynamo says either only
 from __future__ import annotations
 
 import warnings
+import weakref
 from typing import Any
 
 from ..core.errors import NvtxRegionsWarning
@@ -16,15 +17,17 @@ from ..internals.frames import outside_package
 __all__ = ["watch", "compiled_for_us"]
 
 _limits_said: set[str] = set()
-_ours: set[str] = set()  # the functions Dynamo compiled for an NvtxInductor, as Dynamo names them
+# The functions Dynamo compiled for an NvtxInductor, as Dynamo names them, and the backends it compiled each for.
+_ours: dict[str, weakref.WeakSet[Any]] = {}
 
 
-def compiled_for_us() -> None:
-    """Note the function whose frame Dynamo compiles now for an `NvtxInductor` (called by the
-    backend): only its recompile limit is ours to speak of."""
+def compiled_for_us(backend: Any) -> None:
+    """Note the function whose frame Dynamo compiles now for `backend`, an `NvtxInductor` (called by
+    the backend): only its recompile limit is ours to speak of, and our own doing where several
+    backends compiled it."""
     function = dynamo.traced_function()
     if function is not None:
-        _ours.add(function)
+        _ours.setdefault(function, weakref.WeakSet()).add(backend)
 
 
 def watch() -> None:
@@ -57,11 +60,21 @@ def _recompile_limit_hit(limit: str, value: Any, function: str) -> None:
     if function in _limits_said or function not in _ours:
         return
     _limits_said.add(function)
-    warnings.warn(
+    said = (
         f"Dynamo hit torch._dynamo.config.{limit} ({value}) for {function}: from now on it runs without "
-        "torch.compile, so its calls get no NVTX range from NvtxInductor. Raise the limit before compiling "
-        f"(torch._dynamo.config.{limit} = N), or make the recompiles stop (TORCH_LOGS=recompiles says why "
-        "each happened)",
-        NvtxRegionsWarning,
-        stacklevel=outside_package(),
+        "torch.compile, so its calls get no NVTX range from NvtxInductor. "
     )
+    backends = len(_ours[function])
+    if backends > 1:  # each new backend object fails Dynamo's BACKEND_MATCH guard: a recompile of ours
+        said += (
+            f"The recompiles are ours: Dynamo compiled it for {backends} different NvtxInductor objects, and a new "
+            "backend object makes it compile again (its BACKEND_MATCH guard). Make one "
+            "NvtxInductor(spec, model=model) and pass it to every compile of this code, every layer's "
+            "(docs/how-to/layer-by-layer.md); nvtx_regions.compile shares one by itself"
+        )
+    else:
+        said += (
+            f"Raise the limit before compiling (torch._dynamo.config.{limit} = N), or make the recompiles stop "
+            "(TORCH_LOGS=recompiles says why each happened)"
+        )
+    warnings.warn(said, NvtxRegionsWarning, stacklevel=outside_package())
