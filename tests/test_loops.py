@@ -297,9 +297,9 @@ def test_a_backend_per_layer_past_the_recompile_limit_is_named_as_our_doing(tmp_
 
 
 class CheckpointedNet(torch.nn.Module):
-    def __init__(self, reentrant: bool) -> None:
+    def __init__(self, reentrant: bool, graph_break: bool = False) -> None:
         super().__init__()
-        self.blocks = torch.nn.ModuleList([Block(), Block()])
+        self.blocks = torch.nn.ModuleList([Block(graph_break), Block(graph_break)])
         self.reentrant = reentrant
 
     def forward(self, x):
@@ -334,6 +334,30 @@ def test_activation_checkpointing_recompute_is_not_a_forward_call(nvtx_capture, 
     torch._dynamo.reset()
 
 
+@pytest.mark.parametrize("reentrant", [False, True], ids=["non-reentrant", "reentrant"])
+def test_a_model_dynamo_runs_uncompiled_gets_eager_names_and_a_warning(nvtx_capture, reentrant):
+    """A graph break inside each checkpointed block: Dynamo cannot resume from it and runs the whole
+    call uncompiled, so no graph holds a range. Once the first call has shown it, hooks give the
+    module calls their ranges, as on eager (the recompute inside the backward no forward call there
+    either), and a warning says why step 0 has none."""
+    spec = "each module <blocks.*>"
+    eager = CheckpointedNet(reentrant, graph_break=True)
+    with nvtx_regions.annotate(eager, spec):
+        expected = _checkpointed_steps(eager, nvtx_capture)[0]
+    assert expected == ["blocks.0", "blocks.1", "blocks.1 (backward)", "blocks.0 (backward)"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        compiled = nvtx_regions.compile(CheckpointedNet(reentrant, graph_break=True), spec, backend="inductor")
+        seen = _checkpointed_steps(compiled, nvtx_capture, steps=3)
+    # Step 0: the hooks go on at the end of its forward; a reentrant checkpoint's backward recomputes
+    # the forward through them, and so has its backward ranges already.
+    assert seen == [expected[2:] if reentrant else [], expected, expected]
+    assert not compiled.nvtx_regions_backend.graphs
+    ours = [str(w.message) for w in caught if "compiled no graph" in str(w.message)]
+    assert len(ours) == 1 and "from hooks from the next call on, as on eager" in ours[0], ours
+    torch._dynamo.reset()
+
+
 def _transformers_after_5_3() -> bool:
     import transformers
 
@@ -343,10 +367,6 @@ def _transformers_after_5_3() -> bool:
 @pytest.mark.slow
 @pytest.mark.parametrize("way", ["eager", "whole model", "layer by layer"])
 def test_hugging_face_gradient_checkpointing_gives_eager_names(nvtx_capture, way):
-    if way != "eager" and _transformers_after_5_3():
-        # Known gap, seen with transformers 5.25 (5.3 passes): the compile step emits no range, and the
-        # later steps differ from eager's. Not understood yet; kept here so that it shows.
-        pytest.xfail("Hugging Face's checkpointing after transformers 5.3 is not yet named as eager names it")
     from nvtx_regions.inductor import NvtxInductor
 
     model = _tiny_llama()
@@ -367,8 +387,17 @@ def test_hugging_face_gradient_checkpointing_gives_eager_names(nvtx_capture, way
         "model.layers.0", "model.layers.0.mlp", "model.layers.1", "model.layers.1.mlp",
         "model.layers.1 (backward)", "model.layers.1.mlp (backward)", "model.layers.0 (backward)", "model.layers.0.mlp (backward)",
     ]  # fmt: skip
-    assert seen == [expected] * 2
     torch._dynamo.reset()
+    if way != "eager" and _transformers_after_5_3() and seen != [expected] * 2:
+        # Known gaps, seen with transformers 5.25 (5.3 passes; docs/reference/versions.md). Whole model: a
+        # warning its model logs at each forward breaks Dynamo's graph, and the layers run uncompiled, their
+        # ranges from hooks put on once the compile step has shown which: eager's from step 1 (the recompute
+        # no forward call), none in step 0. Layer by layer: the kernels package's wrapper of each layer's
+        # forward breaks the graph, and Dynamo compiles nothing.
+        if way == "whole model":
+            assert seen[1:] == [expected]
+        pytest.xfail(f"Hugging Face's checkpointing after transformers 5.3, {way}: runs largely uncompiled")
+    assert seen == [expected] * 2
 
 
 class SharedMiddle(torch.nn.Module):

@@ -4,30 +4,26 @@ NVTX ranges into the Python wrapper Inductor generates, after fusion.
     model = torch.compile(model, backend=NvtxInductor("each module <transformer.h.*>"))
 
 Promises:
-- The compile is Inductor's (``compile_fx``, with `options` as
-  ``torch.compile(options=)`` takes them): same kernels, same graph breaks
-  (none added), same numerics. The wrapper only gains the range lines.
-- One backend object serves every graph ``torch.compile`` hands it (graph
-  breaks, recompiles) and the forward and backward graph of each.
-- Messages, domain, categories and colours are those of
-  ``nvtx_regions.eager.annotate`` and ``NvtxProfileTransform`` for the same
-  spec (``transformer.h.0``, ``transformer.h.0 (backward)``): an Inductor
-  profile compares with an eager or a thunder one module by module.
-- Inductor's caches (FX graph, AOTAutograd) key the graph by the spec, the
-  domain, the graph's module stacks and this build of nvtx_regions too (a
-  do-nothing post-grad pass whose ``uuid()`` names them), so a cache hit
-  returns code with this spec's ranges for these modules, placed by this
-  build, and a plain ``torch.compile`` never gets them.
-- Where Inductor runs no Python wrapper per call (CUDA graphs,
-  ``mode="reduce-overhead"``; ``cpp_wrapper``/AOTInductor) no range can be
-  placed: one `NvtxRegionsWarning` says so, and the graph compiles without.
-- Made on a torch that lacks a part of Inductor it reaches into, it raises
-  `UnsupportedTorchError` naming what is missing (`internals.inductor_reaches`).
-- Rules with no meaning under Inductor are left out, named once in one
-  `NvtxRegionsWarning` (`inductor.check`, `selection.support`); rules that
-  select nothing in any graph compiled so far warn once. ``strict=True``
-  makes either a `SelectorError`, raised where the caller can catch it: by the
-  compiled model's call (or its backward), not inside Dynamo's compile.
+- The compile is Inductor's (``compile_fx``, with `options` as ``torch.compile(options=)`` takes
+  them): same kernels, same graph breaks (none added), same numerics. The wrapper only gains the range lines.
+- One backend object serves every graph ``torch.compile`` hands it (graph breaks, recompiles) and
+  the forward and backward graph of each.
+- Messages, domain, categories and colours are those of ``nvtx_regions.eager.annotate`` and
+  ``NvtxProfileTransform`` for the same spec (``transformer.h.0``, ``transformer.h.0 (backward)``):
+  an Inductor profile compares with an eager or a thunder one module by module.
+- Inductor's caches (FX graph, AOTAutograd) key the graph by the spec, the domain, the graph's module
+  stacks and this build of nvtx_regions too (a do-nothing post-grad pass whose ``uuid()`` names them),
+  so a cache hit returns code with this spec's ranges for these modules, placed by this build, and a
+  plain ``torch.compile`` never gets them.
+- Where Inductor runs no Python wrapper per call (CUDA graphs, ``mode="reduce-overhead"``;
+  ``cpp_wrapper``/AOTInductor) no range can be placed: one `NvtxRegionsWarning` says so, and the
+  graph compiles without.
+- Made on a torch that lacks a part of Inductor it reaches into, it raises `UnsupportedTorchError`
+  naming what is missing (`internals.inductor_reaches`).
+- Rules with no meaning under Inductor are left out, named once in one `NvtxRegionsWarning`
+  (`inductor.check`, `selection.support`); rules that select nothing in any graph compiled so far
+  warn once. ``strict=True`` makes either a `SelectorError`, raised where the caller can catch it:
+  by the compiled model's call (or its backward), not inside Dynamo's compile.
 - What each rule selected is counted from what each wrapper's header says as
   it loads (`placement`): the warnings, ``strict`` and `explain` are the same
   whether Inductor compiled a graph or its cache served it.
@@ -192,6 +188,10 @@ class NvtxInductor(SpecHandle):
             )
         if self._outside.add(model):
             self._models.add(model)
+
+    def watch_first_call(self, compiled: Any) -> None:
+        """After `compiled`'s first call, if Dynamo compiled no graph: hooks name its calls (`outside`)."""
+        self._outside.watch_first_call(compiled, lambda: bool(self.graphs), lambda text: self._say("uncompiled", f"{self!r}: {text}"))
 
     def __repr__(self) -> str:
         return f"NvtxInductor({'; '.join(render(r) for r in self.spec.rules)!r}, domain={self.domain!r})"

@@ -34,7 +34,7 @@ Promises:
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from typing import Any, Callable
 
 from ..core.naming import rule_category, rule_color
 from ..emission.backward_hooks import BACKWARD_HOOK_FUNCTIONS, BackwardCall
@@ -149,7 +149,9 @@ def _pre_hook(module: Any, args: Any) -> None:
         return
     owner, path, forward, backward = target
     ranges = owner._ranges
-    opened = owner._open(path, forward)
+    # Inside a backward, a forward call is activation checkpointing's recompute: no forward range,
+    # as on eager (`emission.eager`); a reentrant checkpoint's backward still runs through it.
+    opened = owner._open(path, forward) if ranges.autograd.graph_task_id() == -1 else []
     for attributes in opened:
         ranges.push(attributes, ranges.domain_argument)
     call = None
@@ -184,6 +186,7 @@ class EveryModel:
         self._compiled, self._domain, self._sinks = compiled, domain, sinks
         self._calls: weakref.WeakKeyDictionary[Any, OutsideCalls] = weakref.WeakKeyDictionary()
         self._needed: set[str] = set()
+        self._watches: list[Any] = []  # the handles of `watch_first_call`'s hooks
 
     def add(self, model: Any) -> bool:
         """Hook `model` as the others are; False if it was already."""
@@ -201,10 +204,33 @@ class EveryModel:
         for calls in self.all():
             calls.need(paths)
 
+    def watch_first_call(self, compiled: Any, compiled_anything: Callable[[], bool], say: Callable[[str], None]) -> None:
+        """After the first call of `compiled` (what ``torch.compile`` returned for one of these models): if
+        Dynamo compiled nothing (`compiled_anything()` is false; a graph break it could not resume from
+        makes it run the whole call uncompiled), hook every call the spec gives a range, so that from
+        the next call on they have them, as on eager, and `say` why, once. Nothing after that call."""
+
+        def after_first_call(module: Any, args: Any, output: Any) -> None:
+            handle.remove()
+            calls = self.all()
+            if compiled_anything() or not calls:
+                return
+            self.need(path for path in calls[0].selected if path)  # the model's own call: as `_complete`
+            say(
+                "Dynamo compiled no graph in the model's first call, so it ran without torch.compile "
+                "(TORCH_LOGS=graph_breaks says why: a graph break it could not resume from, say). Its module "
+                "calls get their ranges from hooks from the next call on, as on eager"
+            )
+
+        handle = compiled.register_forward_hook(run_outside_dynamo(after_first_call))
+        self._watches.append(handle)
+
     def all(self) -> list[OutsideCalls]:
         return list(self._calls.values())
 
     def remove(self) -> None:
         """Take every model's hooks off."""
+        for handle in self._watches:
+            handle.remove()
         for calls in self.all():
             calls.remove()
