@@ -75,6 +75,7 @@ def compile(
     thunder: Mapping[str, Any] | None = None,
     inductor: Mapping[str, Any] | None = None,
     emit: Any = None,
+    within: Any = None,
 ) -> Any:
     """`model` compiled by `backend`, with the NVTX ranges the spec selects; returns what to call.
 
@@ -97,8 +98,14 @@ def compile(
     rest of the spec runs.
     ``thunder.jit`` and ``torch.compile`` compile on the model's first call,
     so the first step is the compile step.
+    within: the whole model, where `model` is a part of it compiled on its own (a layer, as
+    ``model.layers[i] = nvtx_regions.compile(layer, spec, within=model)``; Inductor only): the
+    ranges carry the whole model's paths (``model.layers.0.mlp``, not the part's ``mlp``), and
+    every part compiled with the same `within` and spec shares one backend, as Dynamo needs.
     """
     chosen = _backend(backend)
+    if within is not None:
+        _check_within(model, within, chosen)
     if select is None and spec is None:
         spec = os.environ.get(ENV_SPEC) or None
         select = DEFAULT_SELECT if spec is None else None
@@ -125,15 +132,30 @@ def compile(
     arguments = dict(inductor or {})
     options = arguments.pop("options", None)
     # A function (torch.compile takes those too) has no module tree of its own to name paths by.
-    tree = model if isinstance(model, torch.nn.Module) else None
+    tree = within if within is not None else model if isinstance(model, torch.nn.Module) else None
     compiler = _shared_backend(tree, select, spec=spec, domain=domain, strict=strict, options=options, emit=emit)
     compiled = torch.compile(model, backend=compiler, **arguments)
     _hang(compiled, compiler)
     if tree is not None:
         compiler.watch_first_call(compiled)
-    if tree is not None and callable(getattr(tree, "generate", None)):
+    if within is None and tree is not None and callable(getattr(tree, "generate", None)):
         object.__setattr__(compiled, "generate", _generate(tree, compiler, arguments))
     return compiled
+
+
+def _check_within(model: Any, within: Any, backend: str) -> None:
+    """`ValueError` unless `within` is a module that holds `model`, for the Inductor backend."""
+    if backend != "inductor":
+        raise ValueError(
+            f"nvtx_regions.compile(within=...) names the parts of a model compiled one by one with Inductor; "
+            f"backend={backend!r} takes the whole model: nvtx_regions.compile(model, spec, backend={backend!r})"
+        )
+    modules = getattr(within, "modules", None)
+    if not callable(modules) or not any(module is model for module in modules()):
+        raise ValueError(
+            f"nvtx_regions.compile(within=...): the {type(within).__name__} given does not hold the "
+            f"{type(model).__name__} compiled; pass the whole model that the part belongs to"
+        )
 
 
 def _generate(model: Any, compiler: Any, arguments: dict[str, Any]) -> Any:

@@ -154,6 +154,10 @@ def _compile_layers(model, way):
     elif way == "a backend per layer":
         for layer in layers:
             layer.compile(backend=NvtxInductor(LAYER_SPEC, model=model))
+    elif way == "nvtx_regions.compile(within=)":  # the front door, one layer at a time
+        for number, layer in enumerate(list(layers)):
+            layers[number] = nvtx_regions.compile(layer, LAYER_SPEC, backend="inductor", within=model)
+        return layers[0].nvtx_regions_backend
     else:  # torchtitan's apply_compile: the layer replaced by what torch.compile returns
         backend = NvtxInductor(LAYER_SPEC, model=model)
         for number, layer in enumerate(list(layers)):
@@ -162,7 +166,7 @@ def _compile_layers(model, way):
     return None
 
 
-@pytest.mark.parametrize("way", ["one backend", "a backend per layer", "torchtitan"])
+@pytest.mark.parametrize("way", ["one backend", "a backend per layer", "torchtitan", "nvtx_regions.compile(within=)"])
 def test_layer_by_layer_compile_gives_eager_names_from_the_first_step(nvtx_capture, way):
     eager = _tiny_llama()
     with nvtx_regions.annotate(eager, LAYER_SPEC):
@@ -180,6 +184,18 @@ def test_layer_by_layer_compile_gives_eager_names_from_the_first_step(nvtx_captu
     if backend is not None:  # what explain says is what ran, the layers' own ranges too
         text = str(backend.explain())
         assert "model.layers.1: kernels" in text and "model.layers.0._orig_mod" not in text, text
+    torch._dynamo.reset()
+
+
+def test_compile_within_a_model_shares_one_backend_and_refuses_what_it_cannot_name():
+    model = _tiny_llama()
+    layers = model.model.layers
+    parts = [nvtx_regions.compile(layer, LAYER_SPEC, backend="inductor", within=model) for layer in layers]
+    assert parts[0].nvtx_regions_backend is parts[1].nvtx_regions_backend  # Dynamo compiles their code once
+    with pytest.raises(ValueError, match=r"does not hold the LlamaDecoderLayer compiled; pass the whole model"):
+        nvtx_regions.compile(layers[0], LAYER_SPEC, backend="inductor", within=_tiny_llama())
+    with pytest.raises(ValueError, match=r"backend='eager' takes the whole model: nvtx_regions.compile\(model, spec"):
+        nvtx_regions.compile(layers[0], LAYER_SPEC, backend="eager", within=model)
     torch._dynamo.reset()
 
 
