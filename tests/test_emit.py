@@ -100,6 +100,30 @@ def test_nvtx_alone_leaves_the_profiler_trace_without_ours(tmp_path):
     assert not {e["name"] for e in annotations(trace)} & (OURS | {"step 0"})
 
 
+def _crossings(trace: Path) -> int:
+    """How many (backward range, autograd ``evaluate_function`` event) pairs of one thread overlap
+    without one holding the other."""
+    events = [e for e in json.loads(trace.read_text())["traceEvents"] if e.get("ph") == "X"]
+    backward = [e for e in events if e.get("cat") == "user_annotation" and e["name"].endswith(" (backward)")]
+    engine = [e for e in events if e["name"].startswith("autograd::engine::evaluate_function")]
+    assert backward and engine
+    ends = lambda e: (e["ts"], e["ts"] + e["dur"])  # noqa: E731
+    return sum(
+        a["tid"] == b["tid"] and (ends(a)[0] < ends(b)[0] < ends(a)[1] < ends(b)[1] or ends(b)[0] < ends(a)[0] < ends(b)[1] < ends(a)[1])
+        for a in backward for b in engine
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_backward_ranges_in_the_call_tree_as_docs_say(backend, tmp_path):
+    """docs/how-to/torch-profiler.md: on eager a backward range opens in the autograd hook of one node
+    and closes in another's, so it crosses autograd's evaluate_function events; Inductor's and
+    thunder's sit inside the compiled backward and nest."""
+    trace, _ = run(backend, "record_function", tmp_path, capture=False)
+    crossings = _crossings(trace)
+    assert (crossings > 0) if backend == "eager" else (crossings == 0), crossings
+
+
 class _Raising(__import__("torch").nn.Linear):
     """A linear that raises while `fail` is set."""
 
