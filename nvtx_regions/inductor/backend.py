@@ -140,7 +140,7 @@ class NvtxInductor(SpecHandle):
         # The models compiled, weakly (`adopt`); their module paths name the ranges.
         self._models = Models()
         # Per model: the hooks that give its calls outside every graph (a graph break) their ranges.
-        self.outside = EveryModel(self.compiled, domain, self.sinks)
+        self._outside = EveryModel(self.compiled, domain, self.sinks)
         # The model's paths name the ranges too (they decide a message where the frame is a submodule's).
         self._tree = None if model is None else structure(model)
         self.graphs: list[PlacedGraph] = []
@@ -186,12 +186,12 @@ class NvtxInductor(SpecHandle):
                 f"{self!r}.adopt(): {type(model).__name__} has other module paths or classes than the model this "
                 "backend was made for; make a backend for it: NvtxInductor(..., model=that_model)"
             )
-        if self.outside.add(model):
+        if self._outside.add(model):
             self._models.add(model)
 
     def watch_first_call(self, compiled: Any) -> None:
         """After `compiled`'s first call, if Dynamo compiled no graph: hooks name its calls (`outside`)."""
-        self.outside.watch_first_call(compiled, lambda: bool(self.graphs), lambda text: self._say("uncompiled", f"{self!r}: {text}"))
+        self._outside.watch_first_call(compiled, lambda: bool(self.graphs), lambda text: self._say("uncompiled", f"{self!r}: {text}"))
 
     def __repr__(self) -> str:
         return f"NvtxInductor({'; '.join(render(r) for r in self.spec.rules)!r}, domain={self.domain!r})"
@@ -230,9 +230,8 @@ class NvtxInductor(SpecHandle):
             self._graph_numbers += 1
             self._carried[number] = taken.markers
         frame = None if self._tree is None else frame_root(gm, example_inputs, self._models)
-        # A module's call compiled on its own, to its return: its range is in its graph, unless its hooks ran in Python.
+        # A module's call compiled on its own, to its return (`layer.compile()`): its range is in its graph.
         whole = frame is not None and frame.why_not is None and dynamo.whole_frame(gm)
-        whole = whole and not (self.outside.hooked(frame.root) and dynamo.traced_forward())  # type: ignore[union-attr]
 
         def inner_compile(graph: Any, inputs: Any, **kwargs: Any) -> Any:
             phase = "backward" if kwargs.get("is_backward") else "forward"
@@ -259,7 +258,7 @@ class NvtxInductor(SpecHandle):
             return
         self.removed = True
         loaded.release(self)
-        self.outside.remove()
+        self._outside.remove()
 
     def _before(self, frame: FrameRoot, args: tuple[Any, ...]) -> tuple[str | None, str | None]:
         """Before a call of a graph whose code serves several module instances: the one it runs for, and
@@ -304,11 +303,16 @@ class NvtxInductor(SpecHandle):
         self._unreported = False
         if self._warned and not self.graphs:
             return  # no graph could hold a range (CUDA graphs, a C++ wrapper): said once already
-        # The calls that ran outside every graph had their ranges from hooks: their rules selected.
-        for outside in self.outside.all():
-            for rules in outside.ran.values():
-                for rule in rules:
-                    self._tally.ranges[rule] = max(self._tally.ranges[rule], 1)
+        outsides = self._outside.all()
+        if outsides:
+            # What no graph holds ran outside torch.compile (or was not called): hooks from now on.
+            seen = {call.path for graph in self.graphs for op in graph.view.ops if op.chain for call in op.chain}
+            self._outside.need(path for path in outsides[0].selected if path and path not in seen)
+            # The calls that ran outside every graph had their ranges from hooks: their rules selected.
+            for outside in outsides:
+                for rules in outside.ran.values():
+                    for rule in rules:
+                        self._tally.ranges[rule] = max(self._tally.ranges[rule], 1)
         self._report()
 
     def _say(self, what: str, message: str) -> None:
@@ -380,6 +384,10 @@ class NvtxInductor(SpecHandle):
         if left_out is not None:
             views = []
             self._say(f"left out:{left_out}", self._left_out_message(root, view, left_out))
+        if frame is not None and self._tree is not None:
+            # The root's calls span the graph break (unless its graph is its whole call), and so do the
+            # calls of every module above it.
+            self._outside.need(p for c in frame.candidates for p in _above(c) if not (whole and p in frame.candidates))
         with self._lock:
             for v in views:
                 plan = make_plan(self.compiled, v, self.domain)
@@ -435,3 +443,8 @@ def _report_at_exit() -> None:
 
 
 atexit.register(_report_at_exit)
+
+def _above(path: str) -> list[str]:
+    """`path` and the path of every module above it, but the model's own (``""``)."""
+    parts = path.split(".") if path else []
+    return [".".join(parts[:depth]) for depth in range(1, len(parts) + 1)]

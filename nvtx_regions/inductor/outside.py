@@ -8,17 +8,16 @@ its ``each module``/``each class`` range from hooks on the module, as eager
 gives it.
 
 Promises:
-- Every module below the model's root that the spec gives an ``each`` range
-  has the hooks from the moment its model is added, so a call outside every
-  graph has its range from the first step, the one that compiles. (The root's
-  own call gets them only where `need` asks.)
+- Hooks go only on the modules that need them (`need`), as the backend finds
+  them: the modules whose code Dynamo compiled on its own, with every module
+  above them, when such a graph loads; the selected modules that no graph
+  holds, after the first step. A model without graph breaks gets no hook and
+  costs what it cost. The calls before a module got its hooks (the step that
+  compiled) have no range of it.
 - The hooks act only when the call runs in Python: traced into a graph, they
-  do nothing (``torch.compiler.is_compiling()``), and add no graph break and
-  no guard that differs from module to module (one hook id per kind for all,
-  `internals.module_hooks`). So a model without graph breaks runs none of
-  them, and costs what it cost. Dynamo never compiles the hooks themselves
+  do nothing (``torch.compiler.is_compiling()``), and add no graph break.
+  Dynamo never compiles the hooks themselves
   (`internals.dynamo.run_outside_dynamo`).
-- A module reachable under several paths is hooked once, under its first.
 - A call's forward range opens before its code runs and closes after it
   returns or raises; its backward range opens when the gradient of its
   outputs arrives and closes once the gradients of its inputs are computed (at
@@ -28,9 +27,8 @@ Promises:
 - The messages, colours, categories, gates and domain are those the spec gives
   the same module under eager and in a wrapper: the module's path, and its
   path with `` (backward)``.
-- One set of hooks per model: backends of the same spec, domain and sinks
-  share it (a backend per layer), and it comes off when the last of them
-  removes it; another spec's replaces it.
+- One set of hooks per model: a new `OutsideCalls` on the same model removes
+  the last one's.
 """
 
 from __future__ import annotations
@@ -42,7 +40,6 @@ from ..core.naming import rule_category, rule_color
 from ..emission.backward_hooks import BACKWARD_HOOK_FUNCTIONS, BackwardCall
 from ..emission.eager_view import module_views
 from ..internals.dynamo import run_outside_dynamo
-from ..internals.module_hooks import HookIds, register_hooks
 from ..runtime.clock import current_rank, current_step
 from ..runtime.domain import Domain, calls_of
 from ..runtime.hook_ranges import CALL, MODULE, PUSHED, HookRanges
@@ -58,11 +55,8 @@ _installed: "weakref.WeakKeyDictionary[Any, OutsideCalls]" = weakref.WeakKeyDict
 class OutsideCalls:
     """The hooks that give a module call outside every graph its ranges (see the module doc)."""
 
-    def __init__(self, compiled: CompiledSpec, model: Any, domain: str | None, sinks: tuple[str, ...] = NVTX_ONLY,
-                 ids: HookIds | None = None) -> None:  # fmt: skip
+    def __init__(self, compiled: CompiledSpec, model: Any, domain: str | None, sinks: tuple[str, ...] = NVTX_ONLY) -> None:
         self.domain = Domain(domain, sinks)
-        self._hook_ids = ids or HookIds()
-        self.key: tuple = ()  # what `shared_calls` shares it by
         self._ranges = HookRanges(calls_of(self.domain))
         self._handles: list[Any] = []
         self._ids: list[int] = []
@@ -81,10 +75,8 @@ class OutsideCalls:
         self._targets = {path: (module, path, forward, backward) for module, path, forward, backward in targets.values()}
         self.hooked: set[str] = set()
         self.selected = list(self._targets)  # the paths the spec gives a range
-        self.users = 1  # the backends that share these hooks (`shared_calls`)
         previous = _installed.get(model)
         if previous is not None:
-            previous.users = 1
             previous.remove()
         _installed[model] = self
 
@@ -95,21 +87,19 @@ class OutsideCalls:
             if target is None or path in self.hooked:
                 continue
             module = target[0]()
-            if module is None or id(module) in self._ids:  # gone, or hooked under another path already
+            if module is None:
                 continue
             self.hooked.add(path)
             for function in (_pre_hook, _post_hook, *BACKWARD_HOOK_FUNCTIONS):
                 run_outside_dynamo(function)
             # Plain functions, the same for every module, that find the module's ranges by its id.
             _targets[id(module)] = (self, *target[1:])
-            self._handles += register_hooks(module, _pre_hook, _post_hook, with_kwargs=False, ids=self._hook_ids)
+            self._handles.append(module.register_forward_pre_hook(_pre_hook))
+            self._handles.append(module.register_forward_hook(_post_hook, always_call=True))
             self._ids.append(id(module))
 
     def remove(self) -> None:
-        """Take the hooks off, once no backend shares them any more."""
-        self.users -= 1
-        if self.users > 0:
-            return
+        """Take the hooks off."""
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
@@ -137,19 +127,6 @@ class OutsideCalls:
                     continue
             opened.append(attributes)
         return opened
-
-
-def shared_calls(compiled: CompiledSpec, model: Any, domain: str | None, sinks: tuple[str, ...], ids: HookIds) -> OutsideCalls:
-    """The hooks of `model` for this spec, domain and sinks: those another backend put on it, shared,
-    or new ones (which replace another spec's)."""
-    previous = _installed.get(model)
-    key = (repr(tuple(rule.rule for rule in compiled.rules)), domain, sinks)
-    if previous is not None and previous.key == key and previous.users > 0:
-        previous.users += 1
-        return previous
-    calls = OutsideCalls(compiled, model, domain, sinks, ids)
-    calls.key = key
-    return calls
 
 
 # id of a hooked module -> (its OutsideCalls, its path, forward ranges, backward ranges)
@@ -202,47 +179,47 @@ def _post_hook(module: Any, args: Any, output: Any) -> None:
 
 
 class EveryModel:
-    """The `OutsideCalls` of every model one backend compiles (each held weakly, its hooks going with it)."""
+    """The `OutsideCalls` of every model one backend compiles (each held weakly, its hooks going with
+    it), and the paths whose calls need hooks in all of them: a model added later gets those too."""
 
     def __init__(self, compiled: CompiledSpec, domain: str | None, sinks: tuple[str, ...]) -> None:
         self._compiled, self._domain, self._sinks = compiled, domain, sinks
         self._calls: weakref.WeakKeyDictionary[Any, OutsideCalls] = weakref.WeakKeyDictionary()
+        self._needed: set[str] = set()
         self._watches: list[Any] = []  # the handles of `watch_first_call`'s hooks
-        self._hook_ids = HookIds()  # every model's hooks under the same ids: Dynamo's guards on them pass
 
     def add(self, model: Any) -> bool:
-        """Hook `model`: every module below its root that the spec gives a range; False if it was already."""
+        """Hook `model` as the others are; False if it was already."""
         if model in self._calls:
             return False
-        calls = shared_calls(self._compiled, model, self._domain, self._sinks, self._hook_ids)
-        calls.need(path for path in calls.selected if path)
+        calls = OutsideCalls(self._compiled, model, self._domain, self._sinks)
+        calls.need(self._needed)
         self._calls[model] = calls
         return True
 
-    def hooked(self, path: str) -> bool:
-        """Whether the calls of `path` have the hooks (in the models alive)."""
-        return any(path in calls.hooked for calls in self.all())
-
-    def ranges_from_hooks(self) -> list[str]:
-        """The paths whose calls got a range from the hooks so far, in the order of the model's modules."""
-        ran = {path for calls in self.all() for path in calls.ran}
-        first = next(iter(self.all()), None)
-        return [path for path in (first.selected if first else []) if path in ran]
+    def need(self, paths: Any) -> None:
+        """Hook the calls of `paths` outside every graph, in every model."""
+        paths = set(paths)
+        self._needed |= paths
+        for calls in self.all():
+            calls.need(paths)
 
     def watch_first_call(self, compiled: Any, compiled_anything: Callable[[], bool], say: Callable[[str], None]) -> None:
         """After the first call of `compiled` (what ``torch.compile`` returned for one of these models): if
         Dynamo compiled nothing (`compiled_anything()` is false; a graph break it could not resume from
-        makes it run the whole call uncompiled), `say` so, once: the module calls then have their ranges
-        from the hooks alone, as on eager. Nothing after that call."""
+        makes it run the whole call uncompiled), hook every call the spec gives a range, so that from
+        the next call on they have them, as on eager, and `say` why, once. Nothing after that call."""
 
         def after_first_call(module: Any, args: Any, output: Any) -> None:
             handle.remove()
-            if compiled_anything():
+            calls = self.all()
+            if compiled_anything() or not calls:
                 return
+            self.need(path for path in calls[0].selected if path)  # the model's own call: as `_complete`
             say(
-                "Dynamo compiled no graph in the model's first call, so it runs without torch.compile "
+                "Dynamo compiled no graph in the model's first call, so it ran without torch.compile "
                 "(TORCH_LOGS=graph_breaks says why: a graph break it could not resume from, say). Its module "
-                "calls get their ranges from hooks, as on eager"
+                "calls get their ranges from hooks from the next call on, as on eager"
             )
 
         handle = compiled.register_forward_hook(run_outside_dynamo(after_first_call))

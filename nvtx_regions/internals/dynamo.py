@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 __all__ = [
-    "around", "called_while_traced", "on_backward", "traced_forward", "profiler_calls_dropped", "recompile_limit_hits", "run_outside_dynamo",
+    "around", "called_while_traced", "on_backward", "profiler_calls_dropped", "recompile_limit_hits", "run_outside_dynamo",
     "traced_function", "traced_self", "tracing_for", "whole_frame",
 ]  # fmt: skip
 
@@ -159,18 +159,6 @@ def traced_self() -> Any:
     if code is None or not code.co_argcount or not isinstance(f_locals, dict):
         return None
     return f_locals.get(code.co_varnames[0])
-
-
-def traced_forward() -> bool:
-    """Whether the frame that the Dynamo trace in progress compiles is a module's ``forward`` itself
-    (its code is ``type(self).forward``'s, as after ``layer.compile()``, where ``Module._call_impl``,
-    which Dynamo skips, ran the module's hooks in Python), not code that calls the module (the
-    function ``torch.compile(module)`` wraps it in, which Dynamo traces hooks and all). 2.8, 2.11, 2.14."""
-    tx = _translator()
-    while getattr(tx, "parent", None) is not None:
-        tx = tx.parent
-    forward = getattr(type(traced_self()), "forward", None)
-    return tx is not None and getattr(forward, "__code__", None) is getattr(tx, "f_code", False)
 
 
 def called_while_traced(function: Callable[[], Any]) -> Callable[[], Any]:
