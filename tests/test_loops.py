@@ -151,6 +151,7 @@ def _compile_layers(model, way):
         backend = NvtxInductor(LAYER_SPEC, model=model)
         for layer in layers:
             layer.compile(backend=backend)
+        return backend
     elif way == "a backend per layer":
         for layer in layers:
             layer.compile(backend=NvtxInductor(LAYER_SPEC, model=model))
@@ -184,6 +185,29 @@ def test_layer_by_layer_compile_gives_eager_names_from_the_first_step(nvtx_captu
     if backend is not None:  # what explain says is what ran, the layers' own ranges too
         text = str(backend.explain())
         assert "model.layers.1: kernels" in text and "model.layers.0._orig_mod" not in text, text
+    torch._dynamo.reset()
+
+
+def test_a_call_across_a_graph_break_has_eager_names_and_explain_says_where_they_come_from(nvtx_capture):
+    """Each block's call spans a graph break: no graph holds it, and hooks give it its range, as eager
+    (from the step after the one that compiles, which shows that it needs them); explain() names the
+    calls ranged so."""
+    eager = Net(graph_break=True)
+    with nvtx_regions.annotate(eager, SPEC), nvtx_capture() as events:
+        _step(eager)
+    expected = _ranges(events)
+    assert expected == ["blocks.0", "blocks.1", "blocks.1 (backward)", "blocks.0 (backward)"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compiled = nvtx_regions.compile(Net(graph_break=True), SPEC, backend="inductor")
+        seen = []
+        for _ in range(3):
+            with nvtx_capture() as events:
+                _step(compiled)
+            seen.append(_ranges(events))
+    assert seen[1:] == [expected] * 2
+    text = str(nvtx_regions.explain(compiled))
+    assert "ranges from hooks (calls outside every graph): blocks.0, blocks.1" in text, text
     torch._dynamo.reset()
 
 

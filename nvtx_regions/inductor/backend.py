@@ -140,7 +140,7 @@ class NvtxInductor(SpecHandle):
         # The models compiled, weakly (`adopt`); their module paths name the ranges.
         self._models = Models()
         # Per model: the hooks that give its calls outside every graph (a graph break) their ranges.
-        self._outside = EveryModel(self.compiled, domain, self.sinks)
+        self.outside = EveryModel(self.compiled, domain, self.sinks)
         # The model's paths name the ranges too (they decide a message where the frame is a submodule's).
         self._tree = None if model is None else structure(model)
         self.graphs: list[PlacedGraph] = []
@@ -186,12 +186,12 @@ class NvtxInductor(SpecHandle):
                 f"{self!r}.adopt(): {type(model).__name__} has other module paths or classes than the model this "
                 "backend was made for; make a backend for it: NvtxInductor(..., model=that_model)"
             )
-        if self._outside.add(model):
+        if self.outside.add(model):
             self._models.add(model)
 
     def watch_first_call(self, compiled: Any) -> None:
         """After `compiled`'s first call, if Dynamo compiled no graph: hooks name its calls (`outside`)."""
-        self._outside.watch_first_call(compiled, lambda: bool(self.graphs), lambda text: self._say("uncompiled", f"{self!r}: {text}"))
+        self.outside.watch_first_call(compiled, lambda: bool(self.graphs), lambda text: self._say("uncompiled", f"{self!r}: {text}"))
 
     def __repr__(self) -> str:
         return f"NvtxInductor({'; '.join(render(r) for r in self.spec.rules)!r}, domain={self.domain!r})"
@@ -258,7 +258,7 @@ class NvtxInductor(SpecHandle):
             return
         self.removed = True
         loaded.release(self)
-        self._outside.remove()
+        self.outside.remove()
 
     def _before(self, frame: FrameRoot, args: tuple[Any, ...]) -> tuple[str | None, str | None]:
         """Before a call of a graph whose code serves several module instances: the one it runs for, and
@@ -303,11 +303,11 @@ class NvtxInductor(SpecHandle):
         self._unreported = False
         if self._warned and not self.graphs:
             return  # no graph could hold a range (CUDA graphs, a C++ wrapper): said once already
-        outsides = self._outside.all()
+        outsides = self.outside.all()
         if outsides:
             # What no graph holds ran outside torch.compile (or was not called): hooks from now on.
             seen = {call.path for graph in self.graphs for op in graph.view.ops if op.chain for call in op.chain}
-            self._outside.need(path for path in outsides[0].selected if path and path not in seen)
+            self.outside.need(path for path in outsides[0].selected if path and path not in seen)
             # The calls that ran outside every graph had their ranges from hooks: their rules selected.
             for outside in outsides:
                 for rules in outside.ran.values():
@@ -387,7 +387,7 @@ class NvtxInductor(SpecHandle):
         if frame is not None and self._tree is not None:
             # The root's calls span the graph break (unless its graph is its whole call), and so do the
             # calls of every module above it.
-            self._outside.need(p for c in frame.candidates for p in _above(c) if not (whole and p in frame.candidates))
+            self.outside.need(p for c in frame.candidates for p in _above(c) if not (whole and p in frame.candidates))
         with self._lock:
             for v in views:
                 plan = make_plan(self.compiled, v, self.domain)

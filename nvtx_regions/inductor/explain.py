@@ -33,6 +33,12 @@ def _listing(view: KernelView) -> tuple[str, ...]:
     return tuple(lines)
 
 
+def _hooked(backend: NvtxInductor) -> list[str]:
+    """The line on the calls that ran outside every graph and got their ranges from hooks (`outside`)."""
+    paths = backend.outside.ranges_from_hooks()
+    return [f"ranges from hooks (calls outside every graph): {', '.join(paths)}"] if paths else []
+
+
 def explain_graphs(backend: NvtxInductor, spec: Spec | None = None, *, max_ops: int = 12) -> Explanation:
     """The explanation of `spec` (by default the backend's own) over every graph `backend` placed
     ranges in (see the module doc). Raises `SelectorError` for a spec error."""
@@ -44,9 +50,10 @@ def explain_graphs(backend: NvtxInductor, spec: Spec | None = None, *, max_ops: 
         unit="kernel",
         plans=[placed.plan for placed in graphs] if spec is None else None,
         listings=[_listing(view) for view in views],
-        header="\n".join(
-            [f"{backend!r}: {len(graphs)} graph(s) placed in this process", *(f"note: {n}" for n in backend.notes)]
-        ),
+        header="\n".join([
+            f"{backend!r}: {len(graphs)} graph(s) placed in this process", *(f"note: {n}" for n in backend.notes),
+            *_hooked(backend),
+        ]),  # fmt: skip
         max_ops=max_ops,
         domain=backend.domain,
     )

@@ -28,7 +28,8 @@ Promises:
   the same module under eager and in a wrapper: the module's path, and its
   path with `` (backward)``.
 - One set of hooks per model: a new `OutsideCalls` on the same model removes
-  the last one's.
+  the last one's. A module reachable under several paths is hooked once, under
+  the first that needs it.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from ..core.naming import rule_category, rule_color
 from ..emission.backward_hooks import BACKWARD_HOOK_FUNCTIONS, BackwardCall
 from ..emission.eager_view import module_views
 from ..internals.dynamo import run_outside_dynamo
+from ..internals.module_hooks import HookIds, register_hooks
 from ..runtime.clock import current_rank, current_step
 from ..runtime.domain import Domain, calls_of
 from ..runtime.hook_ranges import CALL, MODULE, PUSHED, HookRanges
@@ -55,8 +57,10 @@ _installed: "weakref.WeakKeyDictionary[Any, OutsideCalls]" = weakref.WeakKeyDict
 class OutsideCalls:
     """The hooks that give a module call outside every graph its ranges (see the module doc)."""
 
-    def __init__(self, compiled: CompiledSpec, model: Any, domain: str | None, sinks: tuple[str, ...] = NVTX_ONLY) -> None:
+    def __init__(self, compiled: CompiledSpec, model: Any, domain: str | None, sinks: tuple[str, ...] = NVTX_ONLY,
+                 ids: HookIds | None = None) -> None:  # fmt: skip
         self.domain = Domain(domain, sinks)
+        self._hook_ids = ids or HookIds()
         self._ranges = HookRanges(calls_of(self.domain))
         self._handles: list[Any] = []
         self._ids: list[int] = []
@@ -87,15 +91,15 @@ class OutsideCalls:
             if target is None or path in self.hooked:
                 continue
             module = target[0]()
-            if module is None:
+            if module is None or id(module) in self._ids:  # gone, or hooked under another path already
                 continue
             self.hooked.add(path)
             for function in (_pre_hook, _post_hook, *BACKWARD_HOOK_FUNCTIONS):
                 run_outside_dynamo(function)
-            # Plain functions, the same for every module, that find the module's ranges by its id.
+            # Plain functions, the same for every module, that find the module's ranges by its id; one hook
+            # id per kind for all, so that Dynamo's guards on them pass from one layer to the next.
             _targets[id(module)] = (self, *target[1:])
-            self._handles.append(module.register_forward_pre_hook(_pre_hook))
-            self._handles.append(module.register_forward_hook(_post_hook, always_call=True))
+            self._handles += register_hooks(module, _pre_hook, _post_hook, with_kwargs=False, ids=self._hook_ids)
             self._ids.append(id(module))
 
     def remove(self) -> None:
@@ -186,13 +190,14 @@ class EveryModel:
         self._compiled, self._domain, self._sinks = compiled, domain, sinks
         self._calls: weakref.WeakKeyDictionary[Any, OutsideCalls] = weakref.WeakKeyDictionary()
         self._needed: set[str] = set()
+        self._hook_ids = HookIds()  # every model's hooks under the same ids
         self._watches: list[Any] = []  # the handles of `watch_first_call`'s hooks
 
     def add(self, model: Any) -> bool:
         """Hook `model` as the others are; False if it was already."""
         if model in self._calls:
             return False
-        calls = OutsideCalls(self._compiled, model, self._domain, self._sinks)
+        calls = OutsideCalls(self._compiled, model, self._domain, self._sinks, self._hook_ids)
         calls.need(self._needed)
         self._calls[model] = calls
         return True
@@ -224,6 +229,12 @@ class EveryModel:
 
         handle = compiled.register_forward_hook(run_outside_dynamo(after_first_call))
         self._watches.append(handle)
+
+    def ranges_from_hooks(self) -> list[str]:
+        """The paths whose calls got a range from the hooks so far, in the order of the model's modules."""
+        ran = {path for calls in self.all() for path in calls.ran}
+        first = next(iter(self.all()), None)
+        return [path for path in (first.selected if first else []) if path in ran]
 
     def all(self) -> list[OutsideCalls]:
         return list(self._calls.values())
