@@ -136,8 +136,6 @@ def compile(
     compiler = _shared_backend(tree, select, spec=spec, domain=domain, strict=strict, options=options, emit=emit)
     compiled = torch.compile(model, backend=compiler, **arguments)
     _hang(compiled, compiler)
-    if tree is not None:
-        compiler.watch_first_call(compiled)
     if within is None and tree is not None and callable(getattr(tree, "generate", None)):
         object.__setattr__(compiled, "generate", _generate(tree, compiler, arguments))
     return compiled

@@ -188,10 +188,8 @@ class NvtxInductor(SpecHandle):
             )
         if self.outside.add(model):
             self._models.add(model)
-
-    def watch_first_call(self, compiled: Any) -> None:
-        """After `compiled`'s first call, if Dynamo compiled no graph: hooks name its calls (`outside`)."""
-        self.outside.watch_first_call(compiled, lambda: bool(self.graphs), lambda text: self._say("uncompiled", f"{self!r}: {text}"))
+            # A first call that runs in Python with no graph compiled: said, and named by hooks (`outside`).
+            self.outside.watch_first_call(model, lambda: bool(self.graphs), lambda text: self._say("uncompiled", f"{self!r}: {text}"))
 
     def __repr__(self) -> str:
         return f"NvtxInductor({'; '.join(render(r) for r in self.spec.rules)!r}, domain={self.domain!r})"

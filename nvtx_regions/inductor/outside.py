@@ -209,13 +209,16 @@ class EveryModel:
         for calls in self.all():
             calls.need(paths)
 
-    def watch_first_call(self, compiled: Any, compiled_anything: Callable[[], bool], say: Callable[[str], None]) -> None:
-        """After the first call of `compiled` (what ``torch.compile`` returned for one of these models): if
-        Dynamo compiled nothing (`compiled_anything()` is false; a graph break it could not resume from
-        makes it run the whole call uncompiled), hook every call the spec gives a range, so that from
-        the next call on they have them, as on eager, and `say` why, once. Nothing after that call."""
+    def watch_first_call(self, model: Any, compiled_anything: Callable[[], bool], say: Callable[[str], None]) -> None:
+        """After the first call of `model` that runs in Python (traced into a graph, the hook does nothing):
+        if Dynamo compiled nothing for the backend by then (`compiled_anything()` is false: a graph break
+        it could not resume from made it run the whole call uncompiled, or the parts compiled on their
+        own compiled nothing), hook every call the spec gives a range, so that from the next call on they
+        have them, as on eager, and `say` why, once. Nothing after that call."""
 
         def after_first_call(module: Any, args: Any, output: Any) -> None:
+            if _compiling():
+                return
             handle.remove()
             calls = self.all()
             if compiled_anything() or not calls:
@@ -227,7 +230,7 @@ class EveryModel:
                 "calls get their ranges from hooks from the next call on, as on eager"
             )
 
-        handle = compiled.register_forward_hook(run_outside_dynamo(after_first_call))
+        handle = model.register_forward_hook(run_outside_dynamo(after_first_call))
         self._watches.append(handle)
 
     def ranges_from_hooks(self) -> list[str]:
