@@ -80,7 +80,8 @@ from ..selection.support import report_unsupported, restrict
 from ..selection.unselected import RuleTally
 from .backward_hooks import BackwardCall
 from .eager_view import module_views
-from ..internals.dynamo import called_while_traced, run_outside_dynamo, traced_self, tracing_for
+from ..internals.compiled_markers import keeps_markers
+from ..internals.dynamo import called_while_traced, run_outside_dynamo, traced_self
 from ..internals.inductor_origins import model_modules
 from ..internals.module_hooks import HookIds, register_hooks
 from ..runtime.clock import current_rank, current_step, watch_step_gates
@@ -231,7 +232,7 @@ class EagerAnnotation(SpecHandle):
     def _note_traced(self) -> None:
         """Dynamo traces a hook of this annotation: warn once, naming the compiled module, unless the
         trace is for a backend of ours (its graphs hold the spec's ranges)."""
-        if self._traced_warned or getattr(type(tracing_for()), "keeps_user_markers", False):
+        if self._traced_warned or keeps_markers():
             return
         self._traced_warned = True
         where = "code that calls modules of this model"

@@ -45,7 +45,6 @@ from ..internals.module_hooks import HookIds, register_hooks
 from ..runtime.clock import current_rank, current_step
 from ..runtime.domain import Domain, calls_of
 from ..runtime.hook_ranges import CALL, MODULE, PUSHED, HookRanges
-from ..runtime.sinks import NVTX_ONLY
 from ..selection.compile import CompiledSpec, EachRule
 from ..selection.plan import make_plan
 
@@ -57,10 +56,9 @@ _installed: "weakref.WeakKeyDictionary[Any, OutsideCalls]" = weakref.WeakKeyDict
 class OutsideCalls:
     """The hooks that give a module call outside every graph its ranges (see the module doc)."""
 
-    def __init__(self, compiled: CompiledSpec, model: Any, domain: str | None, sinks: tuple[str, ...] = NVTX_ONLY,
-                 ids: HookIds | None = None) -> None:  # fmt: skip
+    def __init__(self, compiled: CompiledSpec, model: Any, domain: str | None, sinks: tuple[str, ...], ids: HookIds) -> None:
         self.domain = Domain(domain, sinks)
-        self._hook_ids = ids or HookIds()
+        self._hook_ids = ids  # shared by every model of the backend (`EveryModel`)
         self._ranges = HookRanges(calls_of(self.domain))
         self._handles: list[Any] = []
         self._ids: list[int] = []

@@ -32,7 +32,7 @@ from ..core.naming import rule_category
 from ..core.table import text_table
 from ..selection.compile import CompiledSpec, OpRule
 from ..selection.support import BACKEND_NAMES, why_not
-from .numbers import format_duration, format_ratio
+from .numbers import format_duration, format_ratio, format_spread
 from .reader import Ranges
 from .summary import (CPU_TIME, GPU_TIME, TORCH_CPU_TIME, TORCH_GPU_TIME, Key, RankSummary, RowKinds, Timing,
                       summarize, time_kind)  # fmt: skip
@@ -205,7 +205,7 @@ def timing_text(timing: Timing) -> str:
     (one call: ``182.9 us (1)``)."""
     spread = ""
     if timing.n > 1 and timing.low_ns is not None and timing.high_ns is not None:
-        spread = f": {format_duration(timing.low_ns)}..{format_duration(timing.high_ns)}"
+        spread = f": {format_spread(timing.low_ns, timing.high_ns)}"
     return f"{format_duration(timing.median_ns)} ({timing.n}{spread})"
 
 

@@ -5,6 +5,7 @@
     format_duration(1_504_000)    # '1.50 ms'
     format_duration(5_767_210_679)  # '5.77 s'
     format_ratio(1.594)           # '1.59'
+    format_spread(170_200, 190_400)  # '170.2 us..190.4 us'
 
 The rule: the largest unit of s, ms, us and ns that the duration reaches
 once rounded, with two decimals in s and ms, one in us and none in ns. So a
@@ -19,7 +20,7 @@ column, so they can be checked against nsys's own output.
 
 from __future__ import annotations
 
-__all__ = ["UNITS", "duration_unit", "format_duration", "format_ratio"]
+__all__ = ["UNITS", "duration_unit", "format_duration", "format_ratio", "format_spread"]
 
 # (unit, nanoseconds in one, decimals shown), largest first.
 UNITS: tuple[tuple[str, float, int], ...] = (("s", 1e9, 2), ("ms", 1e6, 2), ("us", 1e3, 1), ("ns", 1.0, 0))
@@ -45,3 +46,8 @@ def format_ratio(ratio: float | None) -> str:
     if ratio is None:
         return "-"
     return f"{ratio:.2f}" if ratio >= 0.1 else f"{ratio:.3g}"
+
+
+def format_spread(low_ns: float | None, high_ns: float | None) -> str:
+    """The shortest and the longest of some durations, ``'170.2 us..190.4 us'``; ``-`` where either is None."""
+    return f"{format_duration(low_ns)}..{format_duration(high_ns)}" if low_ns is not None and high_ns is not None else "-"

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from ..core.table import text_table
 from ..selection.compile import CompiledSpec
 from .backends_table import PASSES, left_out, spec_notes, steps_text
-from .numbers import format_duration, format_ratio
+from .numbers import format_duration, format_ratio, format_spread
 from .summary import Key, RankSummary, RowKinds, Timing, time_kind
 
 __all__ = ["BackendRanks", "RankCell", "RanksRow", "RanksTable", "compare_ranks", "render_ranks", "write_csv",
@@ -196,10 +196,6 @@ def cell_word(table: RanksTable, row: RanksRow, backend: int) -> str | None:
     return "n/a" if row.not_applicable and row.not_applicable[backend] else "missing"
 
 
-def _spread(low: float | None, high: float | None) -> str:
-    return f"{format_duration(low)}..{format_duration(high)}" if low is not None and high is not None else "-"
-
-
 def render_ranks(table: RanksTable) -> str:
     """The table as text: a header saying which time, ranks and steps, then one line per row."""
     base = table.backends.index(table.baseline)
@@ -230,8 +226,8 @@ def render_ranks(table: RanksTable) -> str:
             slow = cell.timing(cell.slowest)
             fast = cell.timing(cell.fastest)
             cells += [
-                format_duration(cell.median_ns), _spread(fast.median_ns, slow.median_ns), f"rank {cell.slowest}",
-                format_ratio(cell.imbalance), f"{slow.n}: {_spread(slow.low_ns, slow.high_ns)}",
+                format_duration(cell.median_ns), format_spread(fast.median_ns, slow.median_ns), f"rank {cell.slowest}",
+                format_ratio(cell.imbalance), f"{slow.n}: {format_spread(slow.low_ns, slow.high_ns)}",
             ]  # fmt: skip
         cells += [format_ratio(row.ratios[i]) for i in others]
         body.append(cells)
