@@ -367,6 +367,7 @@ PRIVATE_ALLOWED: dict[tuple[str, str], str] = {
     ("torch._dynamo.eval_frame.skip_code", "dynamo"): TORCH_214,
     ("torch._dynamo.symbolic_convert", "dynamo"): "torch 2.8, 2.11 and 2.14.1",
     ("torch._dynamo.assume_constant_result", "dynamo"): "torch 2.8, 2.11 and 2.14.1",
+    ("torch._dynamo.callback.callback_handler", "dynamo"): "torch 2.8, 2.11 and 2.14.1",
     ("torch._dynamo.eval_frame.OptimizedModule", "inductor_origins"): "torch 2.8, 2.11 and 2.14.1",
     ("torch._inductor.compile_fx.compile_fx", "inductor"): TORCH_214,
     ("torch._inductor.compile_fx.compile_fx_inner", "inductor"): TORCH_214,

@@ -189,9 +189,8 @@ def test_layer_by_layer_compile_gives_eager_names_from_the_first_step(nvtx_captu
 
 
 def test_a_call_across_a_graph_break_has_eager_names_and_explain_says_where_they_come_from(nvtx_capture):
-    """Each block's call spans a graph break: no graph holds it, and hooks give it its range, as eager
-    (from the step after the one that compiles, which shows that it needs them); explain() names the
-    calls ranged so."""
+    """Each block's call spans a graph break: no graph holds it, and hooks give it its range, as eager,
+    in every step, the one that compiles too; explain() names the calls ranged so."""
     eager = Net(graph_break=True)
     with nvtx_regions.annotate(eager, SPEC), nvtx_capture() as events:
         _step(eager)
@@ -205,9 +204,39 @@ def test_a_call_across_a_graph_break_has_eager_names_and_explain_says_where_they
             with nvtx_capture() as events:
                 _step(compiled)
             seen.append(_ranges(events))
-    assert seen[1:] == [expected] * 2
+    assert seen == [expected] * 3
     text = str(nvtx_regions.explain(compiled))
     assert "ranges from hooks (calls outside every graph): blocks.0, blocks.1" in text, text
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("layer_by_layer", [False, True], ids=["whole model", "layer by layer"])
+def test_the_compile_steps_hooks_change_no_graph_and_cost_no_recompile(layer_by_layer):
+    """In the step that compiles, every selected module carries hooks, off while Dynamo compiles: the
+    graphs and graph breaks are those of a plain torch.compile, and nothing is compiled after that
+    step (taking the hooks off changes nothing Dynamo guards)."""
+    from nvtx_regions.inductor import NvtxInductor
+
+    counts = {}
+    for ours in (False, True):
+        torch._dynamo.reset()
+        torch._dynamo.utils.counters.clear()
+        model = Net(graph_break=True)
+        # The Linears' calls are in graphs: their hooks would be traced there, and guarded.
+        backend = NvtxInductor(SPEC + "\neach class <Linear>", model=model) if ours else "inductor"
+        if layer_by_layer:
+            for block in model.blocks:
+                block.compile(backend=backend)
+        else:
+            model = torch.compile(model, backend=backend)
+        seen = []
+        for _ in range(3):
+            _step(model)
+            counters = torch._dynamo.utils.counters
+            seen.append((dict(counters["frames"]), _graphs(), sum(counters["graph_break"].values())))
+        assert seen[0] == seen[1] == seen[2], seen  # nothing compiled after the first step
+        counts[ours] = seen[0][1:]
+    assert counts[True] == counts[False] == (3, 2), counts
     torch._dynamo.reset()
 
 
@@ -377,9 +406,9 @@ def test_activation_checkpointing_recompute_is_not_a_forward_call(nvtx_capture, 
 @pytest.mark.parametrize("reentrant", [False, True], ids=["non-reentrant", "reentrant"])
 def test_a_model_dynamo_runs_uncompiled_gets_eager_names_and_a_warning(nvtx_capture, reentrant):
     """A graph break inside each checkpointed block: Dynamo cannot resume from it and runs the whole
-    call uncompiled, so no graph holds a range. Once the first call has shown it, hooks give the
-    module calls their ranges, as on eager (the recompute inside the backward no forward call there
-    either), and a warning says why step 0 has none."""
+    call uncompiled, so no graph holds a range. The hooks of the compile step give the module calls
+    their ranges in every step, as on eager (the recompute inside the backward no forward call there
+    either), and a warning says that the model ran uncompiled."""
     spec = "each module <blocks.*>"
     eager = CheckpointedNet(reentrant, graph_break=True)
     with nvtx_regions.annotate(eager, spec):
@@ -389,12 +418,10 @@ def test_a_model_dynamo_runs_uncompiled_gets_eager_names_and_a_warning(nvtx_capt
         warnings.simplefilter("always")
         compiled = nvtx_regions.compile(CheckpointedNet(reentrant, graph_break=True), spec, backend="inductor")
         seen = _checkpointed_steps(compiled, nvtx_capture, steps=3)
-    # Step 0: the hooks go on at the end of its forward; a reentrant checkpoint's backward recomputes
-    # the forward through them, and so has its backward ranges already.
-    assert seen == [expected[2:] if reentrant else [], expected, expected]
+    assert seen == [expected] * 3  # the compile step too
     assert not compiled.nvtx_regions_backend.graphs
     ours = [str(w.message) for w in caught if "compiled no graph" in str(w.message)]
-    assert len(ours) == 1 and "from hooks from the next call on, as on eager" in ours[0], ours
+    assert len(ours) == 1 and "get their ranges from hooks, as on eager" in ours[0], ours
     torch._dynamo.reset()
 
 
@@ -415,10 +442,10 @@ class CheckpointedInside(torch.nn.Module):
         return torch.utils.checkpoint.checkpoint(self.body, x, use_reentrant=False)
 
 
-def test_layers_dynamo_compiles_nothing_of_are_said_and_named_from_the_next_step(nvtx_capture):
+def test_layers_dynamo_compiles_nothing_of_are_said_and_named(nvtx_capture):
     """Layer by layer, each layer given NvtxInductor(model=model) directly: Dynamo compiles nothing, so
-    the backend is never called. The model's first call says so, once, and hooks name the calls from
-    the next step on, as eager."""
+    the backend is never called. The model's first call says so, once, and hooks name the calls in
+    every step, the compile step too, as eager."""
     from nvtx_regions.inductor import NvtxInductor
 
     def net():
@@ -438,16 +465,10 @@ def test_layers_dynamo_compiles_nothing_of_are_said_and_named_from_the_next_step
         for block in model.blocks:
             block.compile(backend=backend)
         seen = _checkpointed_steps(model, nvtx_capture, steps=3)
-    assert not backend.graphs and seen[1:] == [expected] * 2
+    assert not backend.graphs and seen == [expected] * 3
     ours = [str(w.message) for w in caught if "compiled no graph" in str(w.message)]
-    assert len(ours) == 1 and "from hooks from the next call on, as on eager" in ours[0], ours
+    assert len(ours) == 1 and "get their ranges from hooks, as on eager" in ours[0], ours
     torch._dynamo.reset()
-
-
-def _transformers_after_5_3() -> bool:
-    import transformers
-
-    return tuple(int(part) for part in transformers.__version__.split(".")[:2]) > (5, 3)
 
 
 @pytest.mark.slow
@@ -474,14 +495,6 @@ def test_hugging_face_gradient_checkpointing_gives_eager_names(nvtx_capture, way
         "model.layers.1 (backward)", "model.layers.1.mlp (backward)", "model.layers.0 (backward)", "model.layers.0.mlp (backward)",
     ]  # fmt: skip
     torch._dynamo.reset()
-    if way != "eager" and _transformers_after_5_3() and seen != [expected] * 2:
-        # Known gap, seen with transformers 5.25 (5.3 passes; docs/reference/versions.md): its model runs
-        # largely uncompiled (whole model: a warning it logs at each forward breaks Dynamo's graph; layer by
-        # layer: the kernels package's wrapper of each layer's forward does, and Dynamo compiles nothing).
-        # The calls get their ranges from hooks put on once the compile step has shown which: eager's from
-        # step 1 (the recompute no forward call), none in step 0.
-        assert seen[1:] == [expected]
-        pytest.xfail(f"Hugging Face's checkpointing after transformers 5.3, {way}: no range in the compile step")
     assert seen == [expected] * 2
 
 

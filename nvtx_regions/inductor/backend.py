@@ -76,7 +76,7 @@ from .instances import FrameRoot, Models, frame_root, same_class, structure
 from .kernels import KernelView, inside_call, kernel_view, rebase, view_from_literal, view_literal
 from . import dynamo_events, loaded
 from .loaded import build_digest
-from .outside import EveryModel
+from .outside import EveryModel, above
 from .placement import placement
 
 if TYPE_CHECKING:
@@ -230,6 +230,7 @@ class NvtxInductor(SpecHandle):
         frame = None if self._tree is None else frame_root(gm, example_inputs, self._models)
         # A module's call compiled on its own, to its return (`layer.compile()`): its range is in its graph.
         whole = frame is not None and frame.why_not is None and dynamo.whole_frame(gm)
+        self.outside.first_step.compiled(dynamo.traced_self() if whole else None, whole)
 
         def inner_compile(graph: Any, inputs: Any, **kwargs: Any) -> Any:
             phase = "backward" if kwargs.get("is_backward") else "forward"
@@ -299,13 +300,15 @@ class NvtxInductor(SpecHandle):
 
     def _complete(self) -> None:
         self._unreported = False
-        if self._warned and not self.graphs:
-            return  # no graph could hold a range (CUDA graphs, a C++ wrapper): said once already
         outsides = self.outside.all()
-        if outsides:
+        if outsides and self.graphs:
             # What no graph holds ran outside torch.compile (or was not called): hooks from now on.
             seen = {call.path for graph in self.graphs for op in graph.view.ops if op.chain for call in op.chain}
             self.outside.need(path for path in outsides[0].selected if path and path not in seen)
+        self.outside.first_step_over()
+        if self._warned and not self.graphs:
+            return  # no graph could hold a range (CUDA graphs, a C++ wrapper): said once already
+        if outsides:
             # The calls that ran outside every graph had their ranges from hooks: their rules selected.
             for outside in outsides:
                 for rules in outside.ran.values():
@@ -385,7 +388,7 @@ class NvtxInductor(SpecHandle):
         if frame is not None and self._tree is not None:
             # The root's calls span the graph break (unless its graph is its whole call), and so do the
             # calls of every module above it.
-            self.outside.need(p for c in frame.candidates for p in _above(c) if not (whole and p in frame.candidates))
+            self.outside.need(p for c in frame.candidates for p in above(c) if not (whole and p in frame.candidates))
         with self._lock:
             for v in views:
                 plan = make_plan(self.compiled, v, self.domain)
@@ -441,8 +444,3 @@ def _report_at_exit() -> None:
 
 
 atexit.register(_report_at_exit)
-
-def _above(path: str) -> list[str]:
-    """`path` and the path of every module above it, but the model's own (``""``)."""
-    parts = path.split(".") if path else []
-    return [".".join(parts[:depth]) for depth in range(1, len(parts) + 1)]

@@ -119,6 +119,33 @@ def profiler_calls_dropped(callback: Callable[[str], None]) -> None:
     _listen("torch._dynamo.variables.torch", callback, read)
 
 
+def outside_compiles(put_on: Callable[[], None], take_off: Callable[[], None]) -> Callable[[], None]:
+    """Call `take_off()` as each Dynamo compile starts and `put_on()` as it ends, from the compile under
+    way now (if any: its end puts on) until the function returned is called. So hooks put on this way are
+    never traced into a graph, and Dynamo adds no guard on them: they run only where code runs in
+    Python. Through ``torch._dynamo.callback.callback_handler``'s start and end callbacks, which Dynamo
+    runs around each frame it compiles (2.8, 2.11, 2.14.1; a compile inside another runs them once)."""
+    from torch._dynamo.callback import callback_handler
+
+    def start(_: Any) -> None:
+        take_off()
+
+    def end(_: Any) -> None:
+        put_on()
+
+    callback_handler.register_start_callback(start)
+    callback_handler.register_end_callback(end)
+
+    def stop() -> None:
+        for remove, callback in ((callback_handler.remove_start_callback, start), (callback_handler.remove_end_callback, end)):
+            try:
+                remove(callback)
+            except ValueError:  # stopped already
+                pass
+
+    return stop
+
+
 def run_outside_dynamo(function: Callable[..., Any]) -> Callable[..., Any]:
     """`function` itself, which Dynamo will not compile as a frame of its own but still traces through
     where compiled code calls it: ``torch._dynamo.eval_frame.skip_code`` on its code object (2.11,

@@ -129,6 +129,20 @@ class Shared(torch.nn.Module):
         return x
 
 
+class LoopBreak(Looped):
+    """The break in the model's loop, after each block: Dynamo skips the model's frame, and compiles
+    each block's forward, which has no break, whole, as a frame of its own."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__("none")
+        self.kind = kind
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = _break(self.kind, block(x))
+        return self.head(x)
+
+
 def qwen2_moe() -> torch.nn.Module:
     """Hugging Face Qwen2-MoE with transformers' eager experts code, which breaks the graph at
     ``nonzero`` inside each layer's experts (called with token ids)."""
@@ -164,6 +178,7 @@ PATTERNS = {
     "between": lambda: Between("print"),
     "shared": lambda: Shared("print"),
     "inplace": lambda: Looped("print", block=InPlace),
+    "loop": lambda: LoopBreak("print"),
     "qwen2_moe": qwen2_moe,
     "mixtral": mixtral,
 }

@@ -1,0 +1,109 @@
+"""The step that compiles: every module call that runs in Python has its ranges there too, none twice.
+
+`inductor.outside` hooks the module calls that run outside every graph once the compile step has
+shown which (a graph break found, a module that no graph holds). For that step itself, every module
+the spec gives a range carries the same hooks until the step ends (`outside.EveryModel.add`), kept off
+while Dynamo compiles (`internals.dynamo.outside_compiles`): no graph holds them and no guard watches
+them, so taking them off after the step costs no recompile.
+
+Promises:
+- A call that runs in Python in the compile step (across a graph break, in a frame Dynamo skipped,
+  or uncompiled) gets its ranges, forward and backward, as eager gives them, and as the hooks give
+  them from the next step on.
+- A call whose range is in a graph gets no second one. A module whose forward Dynamo compiles as a
+  frame of its own, to its return (``layer.compile()``, or a module called from a frame Dynamo
+  skipped), runs its hooks in Python, but its range is in that graph (`inductor.backend`). Its
+  pre-hook cannot know that before Dynamo compiles that forward, so its ranges wait (`wait`) for
+  the end of the next compile (`resolve`): a forward compiled whole drops them; anything else pushes
+  them then, before any kernel of the call runs (the forward broke, or what Dynamo compiled was
+  inside it). A call that starts inside a waiting one, or the waiting call's end, pushes them too.
+  Once a forward compiled whole, its next calls get none at once (`decide`). A forward of
+  ``torch``'s own modules never waits: Dynamo does not compile it as a frame of its own.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from ..runtime.hook_ranges import CALL
+
+__all__ = ["FirstStep", "WHOLE", "WAIT", "NOW", "STEP_FUNCTIONS"]
+
+WHOLE, WAIT, NOW = range(3)  # what a call's pre-hook does with its ranges (`FirstStep.decide`)
+
+# Per model: the forward functions of its modules Dynamo compiled whole, to their return, for any of
+# its backends (the hooks of one backend's first step run around a layer another compiled: a backend per
+# layer); not another model's, which Dynamo may run otherwise.
+_whole_in: "weakref.WeakKeyDictionary[Any, set[Any]]" = weakref.WeakKeyDictionary()
+
+
+def _forward_of(module: Any) -> Any:
+    forward = module.forward
+    return getattr(forward, "__func__", forward)
+
+
+class FirstStep:
+    """The compile step's bookkeeping of one backend's hooks (see the module doc)."""
+
+    def __init__(self) -> None:
+        self.on = False  # a model was added
+        self.whole: set[Any] = set()  # the forward functions compiled whole in its first model
+        # The ranges that wait: (the hooks' ranges, the thread's stack, the call's entry's index, its
+        # forward ranges' attributes, its forward function).
+        self.waiting: list[tuple[Any, Any, int, list[Any], Any]] = []
+
+    def add(self, model: Any) -> None:
+        """A model of the backend: the first one's forwards compiled whole are the backend's."""
+        if not self.on:
+            self.on = True
+            self.whole = _whole_in.setdefault(model, set())
+
+    def decide(self, module: Any) -> int:
+        """What the pre-hook of `module`'s call, in the compile step, does with its ranges."""
+        forward = _forward_of(module)
+        if forward in self.whole:
+            return WHOLE
+        return NOW if getattr(forward, "__module__", "").startswith("torch.") else WAIT
+
+    def compiled(self, module: Any, whole: bool) -> None:
+        """The backend compiled a graph of `module`'s forward (the frame Dynamo traces); `whole`: the
+        graph is its whole call."""
+        if self.on and whole and module is not None:
+            self.whole.add(_forward_of(module))
+
+    def wait(self, ranges: Any, stack: Any, attributes: list[Any], module: Any) -> None:
+        """The call's ranges wait; its entry goes on `stack` next."""
+        self.waiting.append((ranges, stack, len(stack), attributes, _forward_of(module)))
+
+    def resolve(self) -> None:
+        """At the end of a compile: drop the waiting ranges of a forward compiled whole, push the others."""
+        waiting, self.waiting = self.waiting, []
+        for ranges, stack, index, attributes, forward in waiting:
+            if forward in self.whole:
+                call = stack[index][CALL] if index < len(stack) else None
+                if call is not None:
+                    call.attributes = []  # its backward range is in the graph's backward
+            else:
+                _push(ranges, stack, index, attributes)
+
+    def flush(self) -> None:
+        """Push every waiting range now (a call starts inside, or a waiting call ends)."""
+        waiting, self.waiting = self.waiting, []
+        for ranges, stack, index, attributes, _ in waiting:
+            _push(ranges, stack, index, attributes)
+
+    def end(self) -> None:
+        self.flush()
+
+
+def _push(ranges: Any, stack: Any, index: int, attributes: list[Any]) -> None:
+    for attribute in attributes:
+        ranges.push(attribute, ranges.domain_argument)
+    if index < len(stack):
+        entry = stack[index]
+        stack[index] = (entry[0], len(attributes), *entry[2:])
+
+
+# What the hooks call (`inductor.outside` keeps Dynamo from compiling them as frames of their own).
+STEP_FUNCTIONS = (_forward_of, _push, FirstStep.decide, FirstStep.wait, FirstStep.flush, FirstStep.resolve)
