@@ -8,21 +8,44 @@ domain; its gates read the one step clock (`runtime.clock`); what a call that ra
 is closed by the one runtime of its kind (`runtime.ranges` for generated code, `runtime.hook_ranges`
 for hooks); `explain()` says what each rule selects in what the backend compiled; and `remove()`
 ends its ranges.
+
+What a handle has not said by the end of the process is said in one report at exit, for every
+backend (`report_at_exit`: one ``atexit`` hook, registered with the first handle): an Inductor
+backend's graphs loaded since it last reported (a model called once, without gradients), a thunder
+transform that got no trace, ThunderFX subgraphs compiled since `check()`. A removed handle says
+nothing more.
 """
 
 from __future__ import annotations
 
 import abc
+import atexit
 import os
+import weakref
 from typing import Any
 
 __all__ = ["HANDLE", "SpecHandle", "handle_of"]
 
 HANDLE = "nvtx_regions_backend"  # the attribute of what `nvtx_regions.compile` returns that holds its handle
 
+_live: list["weakref.ref[SpecHandle]"] = []  # every handle made, oldest first
+
 
 class SpecHandle(abc.ABC):
     """A spec on one model (see the module doc)."""
+
+    removed = False  # set by `remove()`
+
+    def live_until_exit(self) -> None:
+        """Count this handle in the report at exit (each backend calls it once it is made)."""
+        if not _live:
+            atexit.register(_report_at_exit)
+        _live[:] = [ref for ref in _live if ref() is not None] + [weakref.ref(self)]
+
+    @classmethod
+    def report_at_exit(cls, handles: list[Any]) -> None:
+        """At exit, say what `handles` (this backend's, alive and not removed, oldest first) have left
+        unsaid: as warnings, since nothing can catch an error then. Nothing by default."""
 
     @abc.abstractmethod
     def explain(self, select: str | None = None, *, spec: str | os.PathLike[str] | None = None, max_ops: int = 12) -> Any:
@@ -41,3 +64,14 @@ def handle_of(target: Any) -> SpecHandle | None:
         return target
     found = getattr(target, HANDLE, None)
     return found if isinstance(found, SpecHandle) else None
+
+
+def _report_at_exit() -> None:
+    """The one report at exit: each backend's `report_at_exit`, with its handles."""
+    groups: dict[Any, list[SpecHandle]] = {}
+    for ref in _live:
+        handle = ref()
+        if handle is not None and not handle.removed:
+            groups.setdefault(type(handle).report_at_exit.__func__, []).append(handle)  # type: ignore[attr-defined]
+    for handles in groups.values():
+        type(handles[0]).report_at_exit(handles)

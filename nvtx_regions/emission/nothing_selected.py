@@ -5,15 +5,12 @@ A compilation is a forward trace and, when one follows, its backward; the
 check waits for the backward. ThunderFX compiles many subgraphs with one
 transform and gives no moment when all of them are done, so there the check
 waits for `NothingSelectedCheck.check` (the transform's ``check()``) and runs
-at exit for traces seen since.
+at exit for traces seen since (`at_exit`, from the transform's report at exit).
 """
 
 from __future__ import annotations
 
-import atexit
 import sys
-import weakref
-from typing import Any
 
 from ..internals.frames import backward_follows
 from ..internals.thunderfx import is_thunderfx_subgraph
@@ -54,7 +51,6 @@ class NothingSelectedCheck:
         if is_thunderfx_subgraph():
             if self._subgraphs is None:
                 self._subgraphs = RuleTally(self.compiled)
-                atexit.register(_check_at_exit, weakref.ref(self))
             self._subgraphs.add(plan, view)
             # Views only feed the nearest-name hints; the latest ones are enough.
             del self._subgraphs.views[:-VIEWS_KEPT]
@@ -76,6 +72,17 @@ class NothingSelectedCheck:
         else:
             tally.report(strict=self.strict, where="the forward trace of this compilation")
 
+    def at_exit(self) -> None:
+        """At exit, under ThunderFX (which gives no "all subgraphs compiled" moment): `check()` the
+        traces seen since it last ran, rather than never; an error of ``strict`` is printed, as nothing
+        can catch it then."""
+        if self._subgraphs is None or self.traces_seen <= self._checked_at:
+            return
+        try:
+            self.check()
+        except SelectorError as error:
+            print(f"nvtx_regions: {error}", file=sys.stderr)
+
     def check(self) -> None:
         """Report rules that selected nothing in any trace seen (see `NvtxProfileTransform.check`)."""
         if not self.traces_seen:
@@ -86,13 +93,3 @@ class NothingSelectedCheck:
         if self._subgraphs is not None:
             tally.views = list(self._subgraphs.views)
         tally.report(strict=self.strict, where=f"any of the {self.traces_seen} traces seen")
-
-
-def _check_at_exit(ref: "weakref.ref[NothingSelectedCheck]") -> None:
-    # ThunderFX gives no "all subgraphs compiled" moment; warn at exit rather than never.
-    found: Any = ref()
-    if found is not None and found.traces_seen > found._checked_at:
-        try:
-            found.check()
-        except SelectorError as error:
-            print(f"nvtx_regions: {error}", file=sys.stderr)

@@ -8,7 +8,6 @@ rewrite is `rewrite`, and the "selected nothing" bookkeeping is
 
 from __future__ import annotations
 
-import atexit
 import collections
 import functools
 import json
@@ -157,7 +156,7 @@ class NvtxProfileTransform(Transform, SpecHandle):
         self._copied = False  # set when this configuration is copied or pickled
         self._runtimes: weakref.WeakSet[GeneratedRanges] = weakref.WeakSet()  # of the traces annotated
         self.removed = False
-        _created.add(self)
+        self.live_until_exit()
 
     @property
     def strict(self) -> bool:
@@ -257,6 +256,14 @@ class NvtxProfileTransform(Transform, SpecHandle):
         """
         self._nothing_selected.check()
 
+    @classmethod
+    def report_at_exit(cls, handles: list[Any]) -> None:
+        """The ThunderFX subgraphs compiled since `check()` (`emission.nothing_selected`), then the
+        transforms thunder never handed a trace."""
+        for transform in handles:
+            transform._nothing_selected.at_exit()
+        _warn_never_called(handles)
+
     @property
     def _traces_seen(self) -> int:
         return self._nothing_selected.traces_seen
@@ -308,10 +315,6 @@ def _warn_left_open(markers: tuple[Any, ...], plan: Plan) -> None:
             filename,
             line,
         )
-
-
-# Every transform alive, to tell at exit which ones thunder never called.
-_created: "weakref.WeakSet[NvtxProfileTransform]" = weakref.WeakSet()
 
 
 def traces_of(jitted: Any) -> list[TraceCtx]:
@@ -382,8 +385,8 @@ def _compile_outcome(transform: NvtxProfileTransform) -> str:
     )
 
 
-def _warn_never_called() -> None:
-    """At exit: warn once about transforms that are alive and were never handed a trace.
+def _warn_never_called(transforms: list[NvtxProfileTransform]) -> None:
+    """At exit: warn once about `transforms` (those alive) that were never handed a trace.
 
     A transform held by nothing is gone by then (it was never attached, or
     was dropped with its jitted function) and is not reported. A copy, or one
@@ -393,7 +396,7 @@ def _warn_never_called() -> None:
     why it got no trace (`_compile_outcome`): there, where it sits is right.
     """
     described = []
-    for transform in list(_created):
+    for transform in transforms:
         if transform._traces_seen:
             continue
         if transform._compiled_into is not None:
@@ -420,5 +423,3 @@ def _warn_never_called() -> None:
         stacklevel=1,
     )
 
-
-atexit.register(_warn_never_called)

@@ -47,7 +47,6 @@ Promises:
 
 from __future__ import annotations
 
-import atexit
 import functools
 import hashlib
 import os
@@ -156,6 +155,7 @@ class NvtxInductor(SpecHandle):
         self._carried: dict[int, tuple] = {}  # per graph number: the user's markers its Dynamo graph carried
         self._unreported = False  # a graph loaded since the rules' selections were last said
         self._first_call: tuple[int, str | None] | None = None  # the first call's graph and instance
+        self.live_until_exit()
         text = "\n".join(render(rule) for rule in parsed.rules)
         tree = self._tree or ""
         digest = hashlib.sha256(f"{build_digest()}\0{domain!r}\0{self.sinks}\0{text}\0{tree}".encode()).hexdigest()[:24]
@@ -422,6 +422,17 @@ class NvtxInductor(SpecHandle):
         # At run time (`_after`), outside Dynamo's compile, which would wrap a SelectorError in its own.
         self._tally.report(strict=self.strict, where="the graphs compiled so far", once=True)
 
+    @classmethod
+    def report_at_exit(cls, handles: list[Any]) -> None:
+        """Say what each rule selected in the graphs loaded since it was last said (a model called once,
+        without gradients)."""
+        for backend in handles:
+            if backend._unreported:
+                try:
+                    backend._complete()
+                except SelectorError as error:
+                    warnings.warn(str(error), NvtxRegionsWarning, stacklevel=1)
+
     def explain(
         self, select: str | None = None, *, spec: str | os.PathLike[str] | None = None, max_ops: int = 12
     ) -> Explanation:
@@ -430,17 +441,3 @@ class NvtxInductor(SpecHandle):
         from .explain import explain_graphs
 
         return explain_graphs(self, spec_from_arguments(select, spec), max_ops=max_ops)
-
-
-def _report_at_exit() -> None:
-    """At exit, say what each rule selected in the graphs loaded since it was last said (a model
-    called once, without gradients): warnings only, as nothing can catch an error then."""
-    for backend in loaded.backends():
-        if backend._unreported:
-            try:
-                backend._complete()
-            except SelectorError as error:
-                warnings.warn(str(error), NvtxRegionsWarning, stacklevel=1)
-
-
-atexit.register(_report_at_exit)

@@ -16,7 +16,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-__all__ = ["register", "backends", "compiling_as", "current_number", "graph_loaded", "release", "build_digest"]
+__all__ = ["register", "compiling_as", "current_number", "graph_loaded", "release", "build_digest"]
 
 _backends: "weakref.WeakValueDictionary[str, Any]" = weakref.WeakValueDictionary()
 _alive: "weakref.WeakSet[Any]" = weakref.WeakSet()  # every backend registered, while it lives
@@ -44,11 +44,6 @@ def register(key: str, backend: Any) -> None:
     """`backend` (with a ``_loaded(report)`` method) is told of the wrappers whose header names `key`."""
     _backends[key] = backend
     _alive.add(backend)
-
-
-def backends() -> list[Any]:
-    """The backends alive, by the last made for each key."""
-    return list(_backends.values())
 
 
 def graph_loaded(report: tuple, ranges: Any) -> None:
