@@ -65,6 +65,7 @@ from ..internals.autograd import autograd_internals
 from ..internals.frames import outside_package
 from ..language.parse import given_spec, spec_from_arguments
 from ..runtime.clock import watch_step_gates
+from ..runtime.domain import Domain
 from ..language.tree import render
 from ..selection.plan import Plan, make_plan
 from ..selection.unselected import RuleTally
@@ -133,7 +134,8 @@ class NvtxInductor(SpecHandle):
         self.compiled = check_spec(parsed, strict=strict, stacklevel=2)
         watch_step_gates(self.compiled.rules)
         self.spec = parsed
-        self.domain = domain
+        self.domain_name = domain
+        self.domain = Domain(domain, self.sinks)  # the spec's ranges' domain and sinks, as on every backend
         self.strict = strict
         self.options = dict(options or {})
         # The models compiled, weakly (`adopt`); their module paths name the ranges.
@@ -192,7 +194,7 @@ class NvtxInductor(SpecHandle):
             self.outside.watch_first_call(model, lambda: bool(self.graphs), lambda text: self._say("uncompiled", f"{self!r}: {text}"))
 
     def __repr__(self) -> str:
-        return f"NvtxInductor({'; '.join(render(r) for r in self.spec.rules)!r}, domain={self.domain!r})"
+        return f"NvtxInductor({'; '.join(render(r) for r in self.spec.rules)!r}, domain={self.domain_name!r})"
 
     def __deepcopy__(self, memo: dict[int, Any]) -> NvtxInductor:
         # One backend serves every graph, and what it placed is its record: a copy (lightning
@@ -348,15 +350,15 @@ class NvtxInductor(SpecHandle):
         if whole and frame is not None:
             view = inside_call(view, frame.root, frame.cls)
         views = self._views(view, frame)
-        plans = [make_plan(self.compiled, v, self.domain) for v in views]
+        plans = [make_plan(self.compiled, v, self.domain_name) for v in views]
         left_out = frame.why_not if frame is not None else None
         report = (self.cache_key, number, phase, inference, root, left_out, view_literal(view), whole)
         if left_out is not None:
-            return placement(Plan(phase, view.name, (), ()), view, self.compiled, self.domain, report=report, sinks=self.sinks)  # type: ignore[arg-type]
+            return placement(Plan(phase, view.name, (), ()), view, self.compiled, self.domain_name, report=report, sinks=self.sinks)  # type: ignore[arg-type]
         instances = None
         if frame is not None and not frame.fixed:
             instances = {instance: (p, v) for instance, v, p in zip(frame.candidates, views, plans)}
-        return placement(plans[0], views[0], self.compiled, self.domain, report=report, instances=instances, sinks=self.sinks)
+        return placement(plans[0], views[0], self.compiled, self.domain_name, report=report, instances=instances, sinks=self.sinks)
 
     def _views(self, view: KernelView, frame: FrameRoot | None) -> list[KernelView]:
         """`view` as each module instance that runs its graph sees it (`inductor.instances`)."""
@@ -391,7 +393,7 @@ class NvtxInductor(SpecHandle):
             self.outside.need(p for c in frame.candidates for p in above(c) if not (whole and p in frame.candidates))
         with self._lock:
             for v in views:
-                plan = make_plan(self.compiled, v, self.domain)
+                plan = make_plan(self.compiled, v, self.domain_name)
                 self.graphs.append(PlacedGraph(number, v, plan))
                 self._tally.add(plan, v)
             self._unreported = True

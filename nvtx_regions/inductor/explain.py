@@ -55,5 +55,5 @@ def explain_graphs(backend: NvtxInductor, spec: Spec | None = None, *, max_ops: 
             *_hooked(backend),
         ]),  # fmt: skip
         max_ops=max_ops,
-        domain=backend.domain,
+        domain=backend.domain_name,
     )
