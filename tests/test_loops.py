@@ -210,20 +210,25 @@ def test_a_call_across_a_graph_break_has_eager_names_and_explain_says_where_they
     torch._dynamo.reset()
 
 
+@pytest.mark.parametrize("reset", [False, True], ids=["", "reset"])
 @pytest.mark.parametrize("layer_by_layer", [False, True], ids=["whole model", "layer by layer"])
-def test_the_compile_steps_hooks_change_no_graph_and_cost_no_recompile(layer_by_layer):
+def test_the_compile_steps_hooks_change_no_graph_and_cost_no_recompile(layer_by_layer, reset):
     """In the step that compiles, every selected module carries hooks, off while Dynamo compiles: the
     graphs and graph breaks are those of a plain torch.compile, and nothing is compiled after that
-    step (taking the hooks off changes nothing Dynamo guards)."""
+    step (taking the hooks off changes nothing Dynamo guards). `reset`: torch._dynamo.reset() between
+    making the backend and its first step clears Dynamo's compile callbacks, so the first graph holds
+    the hooks: they then stay, and still nothing is compiled again."""
     from nvtx_regions.inductor import NvtxInductor
 
     counts = {}
     for ours in (False, True):
         torch._dynamo.reset()
-        torch._dynamo.utils.counters.clear()
         model = Net(graph_break=True)
         # The Linears' calls are in graphs: their hooks would be traced there, and guarded.
         backend = NvtxInductor(SPEC + "\neach class <Linear>", model=model) if ours else "inductor"
+        if reset:
+            torch._dynamo.reset()  # as torch._inductor.utils.run_and_get_code does
+        torch._dynamo.utils.counters.clear()
         if layer_by_layer:
             for block in model.blocks:
                 block.compile(backend=backend)

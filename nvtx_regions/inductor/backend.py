@@ -232,7 +232,7 @@ class NvtxInductor(SpecHandle):
         frame = None if self._tree is None else frame_root(gm, example_inputs, self._models)
         # A module's call compiled on its own, to its return (`layer.compile()`): its range is in its graph.
         whole = frame is not None and frame.why_not is None and dynamo.whole_frame(gm)
-        self.outside.first_step.compiled(dynamo.traced_self() if whole else None, whole)
+        self.outside.compiling(dynamo.traced_self() if whole else None, whole)
 
         def inner_compile(graph: Any, inputs: Any, **kwargs: Any) -> Any:
             phase = "backward" if kwargs.get("is_backward") else "forward"

@@ -11,7 +11,10 @@ Promises:
 - In the step that compiles, every module the spec gives a range carries the
   hooks, kept off while Dynamo compiles, so that no graph holds them and no
   guard watches them (`inductor.first_step`): that step's calls get their
-  ranges too, none twice.
+  ranges too, none twice. Where ``torch._dynamo.reset()`` cleared Dynamo's
+  compile callbacks in that step, a graph compiled then holds the hooks, and
+  Dynamo guards them: they stay for good, so that nothing recompiles
+  (`EveryModel.compiling`).
 - After it, hooks stay only on the modules that need them (`need`), as the
   backend finds them: the modules whose code Dynamo compiled on its own, with
   every module above them, when such a graph loads; the selected modules that
@@ -270,8 +273,10 @@ class EveryModel:
         self._hook_ids = HookIds()  # every model's hooks under the same ids
         self._watches: list[Any] = []  # the handles of `watch_first_call`'s hooks
         self.first_step = FirstStep()
-        self._stop_first_step: Callable[[], None] | None = None  # stops `outside_compiles`
+        self._listening: list[Callable[[], None]] = []  # stops `outside_compiles`, in the first step
+        weakref.finalize(self, _stop, self._listening)  # Dynamo's callbacks go with the backend
         self._first_step_over = False
+        self._traced = False  # a graph was compiled with the first step's hooks on (`compiling`)
 
     def add(self, model: Any) -> bool:
         """Hook `model` as the others are; False if it was already."""
@@ -286,11 +291,9 @@ class EveryModel:
             # uncompiled) have their ranges, as on eager. The hooks are off while Dynamo compiles
             # (`internals.dynamo.outside_compiles`): no graph holds them and no guard watches them, so
             # taking them off after that step costs no recompile, and a graph costs what it cost.
-            if self._stop_first_step is None:
+            if not self._listening:
                 self.first_step.add(model)
-                every = weakref.ref(self)  # Dynamo's callbacks keep no backend alive, and go with it
-                self._stop_first_step = outside_compiles(lambda: _put_on(every), lambda: _take_off(every))
-                weakref.finalize(self, self._stop_first_step)
+                self._listen()
             calls.start_first_step()
         return True
 
@@ -301,12 +304,28 @@ class EveryModel:
         for calls in self.all():
             calls.need(paths)
 
+    def compiling(self, module: Any, whole: bool) -> None:
+        """Dynamo compiles a graph for the backend now, of `module`'s forward, `whole` or not
+        (`first_step.FirstStep.compiled`). In the first step the hooks are off while it does, unless
+        ``torch._dynamo.reset()`` cleared Dynamo's compile callbacks (`outside_compiles`): then the
+        hooks on now were traced into this graph, and Dynamo guards them. So they stay as they are in
+        the first step, for good (the first step never ends), and the callbacks are registered again."""
+        self.first_step.compiled(module, whole)
+        if self._listening and not self._traced and any(calls._on for calls in self.all()):
+            self._traced = True
+            _stop(self._listening)
+            self._listen()
+
+    def _listen(self) -> None:
+        every = weakref.ref(self)  # Dynamo's callbacks keep no backend alive
+        self._listening.append(outside_compiles(lambda: _put_on(every), lambda: _take_off(every)))
+
     def first_step_over(self) -> None:
-        """The first step ended (its backward, or the next call): the hooks stay only where `need` put them."""
+        """The first step ended (its backward, or the next call): the hooks stay only where `need` put them
+        (unless a graph holds them: `compiling`)."""
         self._first_step_over = True
-        if self._stop_first_step is not None:
-            self._stop_first_step()
-            self._stop_first_step = None
+        if self._listening and not self._traced:
+            _stop(self._listening)
             self.first_step.end()
             for calls in self.all():
                 calls.end_first_step()
@@ -347,9 +366,8 @@ class EveryModel:
 
     def remove(self) -> None:
         """Take every model's hooks off."""
-        if self._stop_first_step is not None:
-            self._stop_first_step()
-            self._stop_first_step = None
+        if self._listening:
+            _stop(self._listening)
             self.first_step.end()
         for handle in self._watches:
             handle.remove()
@@ -378,3 +396,9 @@ def _take_off(every: "weakref.ref[EveryModel]") -> None:
     if found is not None:
         for calls in found.all():
             calls.take_off()
+
+
+def _stop(listening: list[Callable[[], None]]) -> None:
+    """Stop listening to Dynamo's compiles (`internals.dynamo.outside_compiles`)."""
+    while listening:
+        listening.pop()()
