@@ -28,22 +28,49 @@ ROOT = HERE.parent
 SPEC = "each module <blocks.*>\neach class <Linear>"
 
 
+def make_class(graph_break: bool):
+    """The one class of the models: two blocks (Linear, GELU, residual, LayerNorm) and a head."""
+    import torch
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(16, 16)
+            self.norm = torch.nn.LayerNorm(16)
+
+        def forward(self, x):
+            return self.norm(x + torch.nn.functional.gelu(self.fc(x)))
+
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks = torch.nn.ModuleList([Block(), Block()])
+            self.head = torch.nn.Linear(16, 4)
+
+        def forward(self, x):
+            x = self.blocks[0](x)
+            if graph_break:
+                torch._dynamo.graph_break()
+            return self.head(self.blocks[1](x))
+
+    return Model
+
+
 def child(variant: str, models: int, graph_break: bool) -> dict:
     """In a fresh process: each model's first step (seconds), and Dynamo's graphs and frames."""
-    sys.path.insert(0, str(ROOT / "tests" / "workers"))
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     import warnings
 
     import torch
-    from inductor_steps import make_blocks
 
     import nvtx_regions
 
     warnings.simplefilter("ignore")
+    model_class = make_class(graph_break)
     x = torch.randn(2, 16)
     seconds, kept = [], []
     for _ in range(models):
-        model = make_blocks(graph_break)
+        model = model_class()
         start = time.perf_counter()
         if variant == "plain":
             compiled = torch.compile(model)

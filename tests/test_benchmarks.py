@@ -197,6 +197,18 @@ def test_footprint_smoke():
 
 
 @pytest.mark.slow
+def test_compile_time_smoke():
+    """`benchmarks/compile_time.py` compiles models of one class with a plain torch.compile and with
+    nvtx_regions.compile, and both compile the class's code once (no timing checked)."""
+    argv = [sys.executable, str(REPO / "benchmarks" / "compile_time.py"), "--models", "2", "--rounds", "1", "--graph-break"]
+    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    graphs = re.findall(r"; (\d+) graphs compiled", proc.stdout)
+    assert len(graphs) == 2 and graphs[0] == graphs[1], proc.stdout
+    assert math.isfinite(float(re.search(r"ratio nvtx_regions / plain: ([0-9.]+)", proc.stdout).group(1)))
+
+
+@pytest.mark.slow
 def test_nsys_cost_smoke():
     """`benchmarks/nsys_cost.py` runs its child under the real nsys, which recorded every range the
     steps and the floor loop pushed (the script checks it), and reports finite figures (no timing checked)."""
