@@ -50,8 +50,8 @@ class FirstStep:
         self.on = False  # a model was added
         self.whole: set[Any] = set()  # the forward functions compiled whole in its first model
         # The ranges that wait: (the hooks' ranges, the thread's stack, the call's entry's index, its
-        # forward ranges' attributes, its forward function).
-        self.waiting: list[tuple[Any, Any, int, list[Any], Any]] = []
+        # forward ranges' attributes, its forward function, and what to forget if they are dropped).
+        self.waiting: list[tuple[Any, Any, int, list[Any], Any, Any]] = []
 
     def add(self, model: Any) -> None:
         """A model of the backend: the first one's forwards compiled whole are the backend's."""
@@ -72,25 +72,28 @@ class FirstStep:
         if self.on and whole and module is not None:
             self.whole.add(_forward_of(module))
 
-    def wait(self, ranges: Any, stack: Any, attributes: list[Any], module: Any) -> None:
-        """The call's ranges wait; its entry goes on `stack` next."""
-        self.waiting.append((ranges, stack, len(stack), attributes, _forward_of(module)))
+    def wait(self, ranges: Any, stack: Any, attributes: list[Any], module: Any, noted: Any) -> None:
+        """The call's ranges wait; its entry goes on `stack` next. `noted`: (a dict, a key) whose entry
+        said that the call had ranges from hooks (`explain`), taken out if they are dropped."""
+        self.waiting.append((ranges, stack, len(stack), attributes, _forward_of(module), noted))
 
     def resolve(self) -> None:
         """At the end of a compile: drop the waiting ranges of a forward compiled whole, push the others."""
         waiting, self.waiting = self.waiting, []
-        for ranges, stack, index, attributes, forward in waiting:
+        for ranges, stack, index, attributes, forward, noted in waiting:
             if forward in self.whole:
                 call = stack[index][CALL] if index < len(stack) else None
                 if call is not None:
                     call.attributes = []  # its backward range is in the graph's backward
+                if noted is not None:
+                    noted[0].pop(noted[1], None)
             else:
                 _push(ranges, stack, index, attributes)
 
     def flush(self) -> None:
         """Push every waiting range now (a call starts inside, or a waiting call ends)."""
         waiting, self.waiting = self.waiting, []
-        for ranges, stack, index, attributes, _ in waiting:
+        for ranges, stack, index, attributes, _, _ in waiting:
             _push(ranges, stack, index, attributes)
 
     def end(self) -> None:

@@ -212,6 +212,7 @@ def _pre_hook(module: Any, args: Any) -> None:
     if decision == WHOLE:  # its ranges are in its graph (`inductor.first_step`)
         ranges.stack().append((id(module), 0, -1, None))
         return
+    noted = path in owner.ran
     # Inside a backward, a forward call is activation checkpointing's recompute: no forward range,
     # as on eager (`emission.eager`); a reentrant checkpoint's backward still runs through it.
     opened = owner._open(path, forward) if ranges.autograd.graph_task_id() == -1 else []
@@ -220,7 +221,7 @@ def _pre_hook(module: Any, args: Any) -> None:
         call = BackwardCall(ranges, owner._open(path, backward), args)
     stack = ranges.stack()
     if decision == WAIT and opened:
-        first.wait(ranges, stack, opened, module)
+        first.wait(ranges, stack, opened, module, None if noted else (owner.ran, path))
         opened = []
     for attributes in opened:
         ranges.push(attributes, ranges.domain_argument)
