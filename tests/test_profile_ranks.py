@@ -80,7 +80,10 @@ def doc_argv(workdir: Path, out: Path, **replace: str) -> list[str]:
 def test_the_pages_command_names_the_slow_rank_under_our_capture(workdir, tmp_path):
     out = tmp_path / "slow_rank"
     done = profile(doc_argv(workdir, out), tmp_path)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    if aborted_at_exit(done, out):  # torch's, once in many runs (see aborted_at_exit): once more
+        shutil.rmtree(out)
+        done = profile(doc_argv(workdir, out), tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:] + ranks_stderr(out)
     row = first_line(done.stdout)
     assert row.split()[:2] == ["blocks.1", "forward"] and row.count("rank 2") == 2, row  # eager and inductor
     assert "  eager: ranks 0..2, steps 2..4 measured" in done.stdout and "  inductor: ranks 0..2, steps 2..4 measured" in done.stdout
@@ -112,13 +115,15 @@ def profile_holding_the_nsys_lock(argv: list[str], tmp_path: Path) -> subprocess
 
 
 def aborted_at_exit(done: subprocess.CompletedProcess, out: Path) -> bool:
-    """Whether a rank's program ended with SIGABRT's status (torchrun: "nsys FAILED", exitcode 134)
-    after every rank of every backend wrote its report: seen once in a CI run (nsys 2022.4.2, torch
-    2.11, three nsys sessions at once), the table complete. One rank's status, not the profile's."""
+    """Whether a rank's program aborted (SIGABRT: torchrun's exitcode -6, or 134 under nsys) and the
+    table is complete, every rank's steps in it: torch's "terminate called without an active exception"
+    as a rank's process ends. Seen in one run of many, under nsys (torch 2.11) and under our capture
+    (torch 2.14.1), in a script that destroys its process group. One rank's status, not the profile's,
+    which says it (exit status 1, the rank's stderr)."""
     text = done.stdout + done.stderr
-    reports = {backend: len(list((out / backend).glob("report.rank*.nsys-rep"))) for backend in ("eager", "inductor")}
-    return done.returncode != 0 and "nsys FAILED" in text and re.search(r"exitcode\s*: 134\b", text) is not None \
-        and set(reports.values()) == {3}  # fmt: skip
+    aborted = re.search(r"exitcode\s*: (-6|134)\b", text) is not None
+    complete = all(f"  {backend}: ranks 0..2, steps 2..4 measured" in done.stdout for backend in ("eager", "inductor"))
+    return done.returncode != 0 and aborted and complete
 
 
 def ranks_stderr(out: Path) -> str:

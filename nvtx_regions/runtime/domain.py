@@ -3,9 +3,11 @@ that push and pop them.
 
 `Domain(name, sinks)` builds nvtx's domain on first use; `name=None` is NVTX's
 default domain (where ``torch.cuda.nvtx`` writes). `sinks` (`runtime.sinks`):
-``("nvtx",)``, the default, ``("record_function",)`` or both. `calls_of(domain)`
-gives the four functions generated code and hooks call, and the domain argument
-they take, whatever the sinks:
+``("nvtx",)``, the default, ``("record_function",)`` or both, by name; each sink
+(`runtime.sinks.Sink`) builds its own part of a range's attributes and gives its
+own functions. `calls_of(domain)` gives the four functions generated code and
+hooks call, and the domain argument they take, whatever the sinks (one sink's
+own, or each sink's in turn):
 
 - ``push(attributes, domain_argument)`` and ``pop()``: the nvtx package's C
   functions (the pop with its domain bound), so a range pushes no Python frame;
@@ -14,7 +16,8 @@ they take, whatever the sinks:
 With no NVTX tool attached, nvtx hands out a dummy domain, and the four are
 C callables that do nothing (`SKIP_PUSH`, ...). A closed gate uses the same
 stand-ins. A range's attributes are nvtx's event attributes for the NVTX sink,
-its message for record_function, and the pair of them for both.
+its message for record_function, and a tuple of each sink's, in order, for
+several.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..internals.nvtx_calls import c_push_pop, c_start_end, unasked_domain
-from .sinks import NVTX_ONLY, record_function_calls
+from .sinks import NVTX_ONLY, sinks_named
 
 __all__ = ["Domain", "NvtxCalls", "calls_of", "nvtx_calls", "nvtx_domain", "SKIP_PUSH", "SKIP_POP", "SKIP_START", "SKIP_END", "SKIPPED"]
 
@@ -56,6 +59,7 @@ class Domain:
     def __init__(self, name: str | None, sinks: tuple[str, ...] = NVTX_ONLY) -> None:
         self.name = name
         self.sinks = sinks
+        self.sink_objects = sinks_named(sinks)
         self._handle: Any = None
         self._lock = threading.Lock()
 
@@ -74,15 +78,10 @@ class Domain:
         return hasattr(self.handle, "handle")
 
     def attributes(self, message: str, *, color: int | None = None, category: str | None = None) -> Any:
-        """What a range's push takes: for NVTX, prebuilt event attributes (message as a registered
-        string, colour, named category; None where no tool is attached: nothing will be emitted);
-        for record_function, the message; for both, the pair."""
-        if "nvtx" not in self.sinks:
-            return message
-        handle = self.handle
-        category_id = handle.get_category_id(category) if category else None
-        attributes = handle.get_event_attributes(message=message, color=color, category=category_id)
-        return attributes if self.sinks == NVTX_ONLY else (attributes, message)
+        """What a range's push takes: its sink's attributes (`runtime.sinks.Sink.attributes`; for NVTX,
+        prebuilt event attributes), or a tuple of each sink's, in order, for several."""
+        parts = tuple(sink.attributes(self, message, color, category) for sink in self.sink_objects)
+        return parts[0] if len(parts) == 1 else parts
 
 
 def nvtx_domain(name: str | None) -> Any:
@@ -121,34 +120,33 @@ SKIPPED = NvtxCalls(SKIP_PUSH, SKIP_POP, SKIP_START, SKIP_END, None)
 
 
 def calls_of(domain: Domain) -> NvtxCalls:
-    """The functions of `domain`'s ranges, for its sinks (see the module doc)."""
-    if domain.sinks == NVTX_ONLY:
-        return nvtx_calls(domain)
-    push, pop, start, end = record_function_calls()
-    if "nvtx" not in domain.sinks:
-        return NvtxCalls(push, pop, start, end, None)
-    nvtx = nvtx_calls(domain)
-    if nvtx is SKIPPED:  # no NVTX tool: the pairs' messages go to record_function alone
-        return NvtxCalls(
-            lambda pair, _: push(pair[1]), pop, lambda pair, _: start(pair[1]), end, None
-        )
+    """The functions of `domain`'s ranges, for its sinks (see the module doc): one sink's own; for
+    several, each sink's in turn, pushing in order and popping in reverse, each with its part of the
+    attributes."""
+    calls = [sink.calls(domain) for sink in domain.sink_objects]
+    if len(calls) == 1:
+        return calls[0]
+    pairs = [(c.push, c.domain_argument) for c in calls]
+    pops = [c.pop for c in reversed(calls)]
+    starts = [(c.start, c.domain_argument) for c in calls]
+    ends = [c.end for c in calls]
 
-    def push_both(pair: Any, domain_argument: Any) -> None:
-        nvtx.push(pair[0], domain_argument)
-        push(pair[1])
+    def push_each(parts: Any, _: Any) -> None:
+        for (push, argument), part in zip(pairs, parts):
+            push(part, argument)
 
-    def pop_both() -> None:
-        pop()
-        nvtx.pop()
+    def pop_each() -> None:
+        for pop in pops:
+            pop()
 
-    def start_both(pair: Any, domain_argument: Any) -> tuple[Any, Any]:
-        return (nvtx.start(pair[0], domain_argument), start(pair[1]))
+    def start_each(parts: Any, _: Any) -> tuple[Any, ...]:
+        return tuple(start(part, argument) for (start, argument), part in zip(starts, parts))
 
-    def end_both(nvtx_started: Any, profiler_started: Any) -> None:
-        end(*profiler_started)
-        nvtx.end(*nvtx_started)
+    def end_each(*started: Any) -> None:
+        for end, each in reversed(list(zip(ends, started))):
+            end(*each)
 
-    return NvtxCalls(push_both, pop_both, start_both, end_both, nvtx.domain_argument)
+    return NvtxCalls(push_each, pop_each, start_each, end_each, calls[0].domain_argument)
 
 
 def nvtx_calls(domain: Domain) -> NvtxCalls:

@@ -5,9 +5,12 @@
   makes (``user_annotation`` events in the exported trace; on CUDA each also gets a
   ``gpu_user_annotation``, the GPU time of the range).
 
-`chosen_sinks(emit)` reads ``emit=`` or ``$NVTX_REGIONS_EMIT``. `record_function_calls()`
-gives the push/pop/start/end of the record_function sink, in the shape of `domain.NvtxCalls`,
-so the same generated lines and hooks drive either sink, or both (`domain.calls_of`).
+Each sink is an object (`Sink`): what a range's push takes (`attributes`) and the functions that
+push, pop, start and end its ranges in a domain (`calls`, in the shape of `domain.NvtxCalls`), so
+the same generated lines and hooks drive any sink, or several at once (`domain.calls_of`). A third
+sink would be one more class in `SINK_OBJECTS`. Everywhere else a choice of sinks is the tuple of
+their names (``emit=``, pickled transforms, generated code): `chosen_sinks(emit)` reads ``emit=``
+or ``$NVTX_REGIONS_EMIT``, once per backend, and `sinks_named` gives their objects.
 
 The record_function sink costs ~0.1 µs a range while no profiler runs (it asks torch whether
 one does, and records nothing), and otherwise what ``record_function`` itself costs, less its
@@ -24,9 +27,63 @@ from typing import Any, Callable
 from ..core.profiling import ENV_EMIT, emit_sinks
 from ..internals.profiler import user_scope_functions
 
-__all__ = ["chosen_sinks", "record_function_calls", "NVTX_ONLY"]
+__all__ = ["chosen_sinks", "record_function_calls", "sinks_named", "Sink", "NVTX_ONLY"]
 
 NVTX_ONLY = ("nvtx",)
+
+
+class Sink:
+    """Where ranges go: its `name` (as ``emit=`` says it), and for a domain (`domain.Domain`) what a
+    range's push takes and the functions that emit its ranges."""
+
+    name = ""
+
+    def attributes(self, domain: Any, message: str, color: int | None, category: str | None) -> Any:
+        """What a push of this sink takes, for the range `message` of `domain`."""
+        raise NotImplementedError
+
+    def calls(self, domain: Any) -> Any:
+        """The push, pop, start and end of `domain`'s ranges in this sink (`domain.NvtxCalls`)."""
+        raise NotImplementedError
+
+
+class NvtxSink(Sink):
+    """NVTX ranges: prebuilt event attributes (message as a registered string, colour, named
+    category), pushed by nvtx's C functions."""
+
+    name = "nvtx"
+
+    def attributes(self, domain: Any, message: str, color: int | None, category: str | None) -> Any:
+        handle = domain.handle
+        category_id = handle.get_category_id(category) if category else None
+        return handle.get_event_attributes(message=message, color=color, category=category_id)
+
+    def calls(self, domain: Any) -> Any:
+        from .domain import nvtx_calls
+
+        return nvtx_calls(domain)
+
+
+class ProfilerSink(Sink):
+    """torch.profiler ranges (`record_function_calls`): a range's attributes are its message."""
+
+    name = "record_function"
+
+    def attributes(self, domain: Any, message: str, color: int | None, category: str | None) -> Any:
+        return message
+
+    def calls(self, domain: Any) -> Any:
+        from .domain import NvtxCalls
+
+        return NvtxCalls(*record_function_calls(), None)
+
+
+SINK_OBJECTS: dict[str, Sink] = {sink.name: sink for sink in (NvtxSink(), ProfilerSink())}
+
+
+def sinks_named(names: tuple[str, ...]) -> tuple[Sink, ...]:
+    """The sink objects of `names` (from `chosen_sinks`, or a pickle or generated code), in that order."""
+    return tuple(SINK_OBJECTS[name] for name in names)
 
 
 def chosen_sinks(emit: Any, *, where: str) -> tuple[str, ...]:
