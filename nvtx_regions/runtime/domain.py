@@ -22,31 +22,14 @@ several.
 
 from __future__ import annotations
 
-import functools
 import os
 import threading
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
-from ..internals.nvtx_calls import c_push_pop, c_start_end, unasked_domain
-from .sinks import NVTX_ONLY, sinks_named
+from ..internals.nvtx_calls import unasked_domain
+from .sinks import NVTX_ONLY, SKIP_END, SKIP_POP, SKIP_PUSH, SKIP_START, SKIPPED, NvtxCalls, nvtx_calls, sinks_named
 
 __all__ = ["Domain", "NvtxCalls", "calls_of", "nvtx_calls", "nvtx_domain", "SKIP_PUSH", "SKIP_POP", "SKIP_START", "SKIP_END", "SKIPPED"]
-
-# C callables standing in for push(attributes, domain) and pop() when a gate is closed or
-# no tool is attached: no Python frame, no effect, no allocation (an empty dict's `get`
-# returns its default; an empty list's `clear` clears nothing). Measured: ~90 ns a
-# push+pop pair, where `slice` (which allocates) took ~180 ns.
-SKIP_PUSH = {}.get
-SKIP_POP = [].clear
-
-
-def SKIP_START(attributes: Any, domain: Any) -> tuple[int, None]:
-    """Start/end stand-in: nvtx's `start_range` gives ``(range id, domain)``, which the end line unpacks."""
-    return (0, None)
-
-
-SKIP_END = {}.get  # takes the (0, None) that SKIP_START gave
 
 
 class Domain:
@@ -104,21 +87,6 @@ def nvtx_domain(name: str | None) -> Any:
     return unasked_domain(name)
 
 
-@dataclass(frozen=True)
-class NvtxCalls:
-    """The functions that push, pop, start and end one domain's ranges, and the domain argument
-    push and start take (its C handle; None where they ignore it)."""
-
-    push: Callable[[Any, Any], Any]
-    pop: Callable[[], Any]
-    start: Callable[[Any, Any], Any]
-    end: Callable[..., Any]
-    domain_argument: Any
-
-
-SKIPPED = NvtxCalls(SKIP_PUSH, SKIP_POP, SKIP_START, SKIP_END, None)
-
-
 def calls_of(domain: Domain) -> NvtxCalls:
     """The functions of `domain`'s ranges, for its sinks (see the module doc): one sink's own; for
     several, each sink's in turn, pushing in order and popping in reverse, each with its part of the
@@ -147,26 +115,3 @@ def calls_of(domain: Domain) -> NvtxCalls:
             end(*each)
 
     return NvtxCalls(push_each, pop_each, start_each, end_each, calls[0].domain_argument)
-
-
-def nvtx_calls(domain: Domain) -> NvtxCalls:
-    """The functions of `domain`'s NVTX ranges: nvtx's C functions when a tool records the domain, else `SKIPPED`.
-
-    The pop has the handle bound (`functools.partial`, C too): its line loads one
-    global less, which matters more in a large trace than the partial's few ns.
-    """
-    if not domain.enabled:  # nvtx's DummyDomain: no tool attached, nothing to emit
-        return SKIPPED
-    handle = domain.handle
-    push_pop, start_end = c_push_pop(), c_start_end()
-    if push_pop is None or start_end is None:  # another nvtx layout: slower, still correct
-        return NvtxCalls(
-            lambda attributes, _: handle.push_range(attributes),
-            handle.pop_range,
-            lambda attributes, _: (handle.start_range(attributes), None),
-            lambda range_id, _: handle.end_range(range_id),
-            None,
-        )
-    push, pop = push_pop
-    start, end = start_end  # start_range gives (range id, domain handle): end_range's arguments
-    return NvtxCalls(push, functools.partial(pop, handle.handle), start, end, handle.handle)
