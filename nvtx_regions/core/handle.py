@@ -72,6 +72,7 @@ def _report_at_exit() -> None:
     for ref in _live:
         handle = ref()
         if handle is not None and not handle.removed:
+            # By the method, not the class: a subclass (a user's transform) reports with its base.
             groups.setdefault(type(handle).report_at_exit.__func__, []).append(handle)  # type: ignore[attr-defined]
     for handles in groups.values():
         type(handles[0]).report_at_exit(handles)

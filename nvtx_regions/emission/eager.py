@@ -172,6 +172,7 @@ class EagerAnnotation(SpecHandle):
         """Remove every hook and restore each module's hook state; pop ranges left open on this thread."""
         if self._ranges.removed:
             return
+        self.removed = True
         for handle in self._handles:
             handle.remove()
         self._handles.clear()

@@ -47,29 +47,27 @@ class FirstStep:
     """The compile step's bookkeeping of one backend's hooks (see the module doc)."""
 
     def __init__(self) -> None:
-        self.on = False  # a model was added
-        self.whole: set[Any] = set()  # the forward functions compiled whole in its first model
+        self.whole: set[Any] | None = None  # the forward functions compiled whole in its first model, once added
         # The ranges that wait: (the hooks' ranges, the thread's stack, the call's entry's index, its
         # forward ranges' attributes, its forward function, and what to forget if they are dropped).
         self.waiting: list[tuple[Any, Any, int, list[Any], Any, Any]] = []
 
     def add(self, model: Any) -> None:
         """A model of the backend: the first one's forwards compiled whole are the backend's."""
-        if not self.on:
-            self.on = True
+        if self.whole is None:
             self.whole = _whole_in.setdefault(model, set())
 
     def decide(self, module: Any) -> int:
         """What the pre-hook of `module`'s call, in the compile step, does with its ranges."""
         forward = _forward_of(module)
-        if forward in self.whole:
+        if self.whole and forward in self.whole:
             return WHOLE
         return NOW if getattr(forward, "__module__", "").startswith("torch.") else WAIT
 
     def compiled(self, module: Any, whole: bool) -> None:
         """The backend compiled a graph of `module`'s forward (the frame Dynamo traces); `whole`: the
         graph is its whole call."""
-        if self.on and whole and module is not None:
+        if self.whole is not None and whole and module is not None:
             self.whole.add(_forward_of(module))
 
     def wait(self, ranges: Any, stack: Any, attributes: list[Any], module: Any, noted: Any) -> None:
@@ -81,7 +79,7 @@ class FirstStep:
         """At the end of a compile: drop the waiting ranges of a forward compiled whole, push the others."""
         waiting, self.waiting = self.waiting, []
         for ranges, stack, index, attributes, forward, noted in waiting:
-            if forward in self.whole:
+            if self.whole and forward in self.whole:
                 call = stack[index][CALL] if index < len(stack) else None
                 if call is not None:
                     call.attributes = []  # its backward range is in the graph's backward
@@ -95,9 +93,6 @@ class FirstStep:
         waiting, self.waiting = self.waiting, []
         for ranges, stack, index, attributes, _, _ in waiting:
             _push(ranges, stack, index, attributes)
-
-    def end(self) -> None:
-        self.flush()
 
 
 def _push(ranges: Any, stack: Any, index: int, attributes: list[Any]) -> None:

@@ -212,7 +212,7 @@ def _pre_hook(module: Any, args: Any) -> None:
     if decision == WHOLE:  # its ranges are in its graph (`inductor.first_step`)
         ranges.stack().append((id(module), 0, -1, None))
         return
-    noted = path in owner.ran
+    noted = decision != WAIT or path in owner.ran  # before `_open` notes it
     # Inside a backward, a forward call is activation checkpointing's recompute: no forward range,
     # as on eager (`emission.eager`); a reentrant checkpoint's backward still runs through it.
     opened = owner._open(path, forward) if ranges.autograd.graph_task_id() == -1 else []
@@ -327,7 +327,7 @@ class EveryModel:
         self._first_step_over = True
         if self._listening and not self._traced:
             _stop(self._listening)
-            self.first_step.end()
+            self.first_step.flush()
             for calls in self.all():
                 calls.end_first_step()
 
@@ -369,7 +369,7 @@ class EveryModel:
         """Take every model's hooks off."""
         if self._listening:
             _stop(self._listening)
-            self.first_step.end()
+            self.first_step.flush()
         for handle in self._watches:
             handle.remove()
         for calls in self.all():
