@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from support.nsys import NSYS_LOCK, TIMEOUT, NsysRange, export, nsys_ranges, require_nsys, run_nsys
+from support.nsys import NSYS_LOCK, TIMEOUT, NsysRange, export, nsys_ranges, require_nsys, run_nsys, run_nsys_collecting
 from nvtx_regions import parse
 from nvtx_regions.capture.chrome import RangeRecord, iter_items, write_chrome_trace
 from nvtx_regions.capture.summary import summarize
@@ -217,7 +217,7 @@ def test_readme_steps_spec_one_process(tmp_path):
     command = nsys_command(load(ROOT / STEPS), ["python", "examples/train.py", "--steps", "13", "--spec", STEPS, "--backend", "thunder"],
                            output=str(tmp_path / "steps"))  # fmt: skip
     assert "--capture-range-end=repeat-shutdown:3" in command.argv and "--sample=none" in command.argv
-    done = run_nsys(command.argv)
+    done = run_nsys_collecting(command.argv, 3)
     # As the comment says: after the third collection nsys ends the script with SIGTERM.
     assert done.returncode == 143, done.output[-3000:]
     assert "13 steps" not in done.output
@@ -358,7 +358,7 @@ def test_region_in_both_traces_collects_each_step_twice(tmp_path):
     command = nsys_command(parse(text), [PYTHON, "examples/train.py", "--steps", "6", "--spec", str(spec), "--backend", "thunder"],
                            output=str(tmp_path / "both"))  # fmt: skip
     assert "--capture-range-end=repeat-shutdown:4" in command.argv
-    done = run_nsys(command.argv)
+    done = run_nsys_collecting(command.argv, 4)
     assert done.returncode == 143, done.output[-3000:]
     reports = collected(tmp_path, "both")
     assert [[r.message for r in ranges] for ranges in reports] == [["layer0"]] * 4
