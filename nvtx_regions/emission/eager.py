@@ -29,7 +29,7 @@ How the ranges are made, and the promises that follow:
   ``always_call=True`` pops, so a module that raises still pops its range;
 - backward, without torch's full backward hooks (they wrap every output in an
   extra autograd node, and cost 9 to 14% of a launch-bound GPU step), from
-  pre-hooks on autograd nodes (`emission.backward_hooks`): the range opens when
+  pre-hooks on autograd nodes (`runtime.backward_hooks`): the range opens when
   the node that computed the call's outputs is about to run and closes when
   the nodes that computed its inputs are (their gradients are complete), so
   the range of the call that consumed an output closes before the range of the
@@ -78,7 +78,7 @@ from ..selection.explanation import Explanation, explain_views
 from ..selection.plan import make_plan
 from ..selection.support import report_unsupported, restrict
 from ..selection.unselected import RuleTally
-from .backward_hooks import BackwardCall
+from ..runtime.backward_hooks import BackwardCall
 from .eager_view import module_views
 from ..internals.compiled_markers import keeps_markers
 from ..internals.dynamo import called_while_traced, run_outside_dynamo, traced_self

@@ -28,7 +28,7 @@ Promises:
   returns or raises; its backward range opens when the gradient of its
   outputs arrives and closes once the gradients of its inputs are computed (at
   the end of the backward when no input needs one), as eager's do
-  (`emission.backward_hooks`, `runtime.hook_ranges`). The ranges inside it
+  (`runtime.backward_hooks`, `runtime.hook_ranges`). The ranges inside it
   (its graphs' kernels, its submodules' calls) nest inside.
 - The messages, colours, categories, gates and domain are those the spec gives
   the same module under eager and in a wrapper: the module's path, and its
@@ -44,7 +44,7 @@ import weakref
 from typing import Any, Callable
 
 from ..core.naming import rule_category, rule_color
-from ..emission.backward_hooks import BACKWARD_HOOK_FUNCTIONS, BackwardCall
+from ..runtime.backward_hooks import BACKWARD_HOOK_FUNCTIONS, BackwardCall
 from ..emission.eager_view import module_views
 from ..internals.dynamo import outside_compiles, run_outside_dynamo
 from ..internals.module_hooks import HookIds, register_hooks

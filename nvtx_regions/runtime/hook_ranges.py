@@ -6,7 +6,7 @@ call gets which ranges and reads its gates; `HookRanges` keeps what they pushed:
 
 - A forward pre-hook pushes a call's ranges and puts an entry on its thread's stack; the forward
   hook pops the entry and, with it, whatever the call left open inside.
-- Backward ranges come from a `emission.backward_hooks.BackwardCall`, whose owner this is
+- Backward ranges come from a `runtime.backward_hooks.BackwardCall`, whose owner this is
   (`open_backward`, `close_backward`). The first backward range on a thread registers what closes
   the ranges of that backward still open when it succeeds (a call none of whose inputs needs a
   gradient) and what closes them when it raises (`runtime.ranges.leave_open`: autograd calls no
