@@ -17,14 +17,16 @@ profile compares with a thunder or an Inductor one range by range
 Eager runs ``each module <...>`` and ``each class <...>`` rules, joined with
 ``and`` to ``forward`` / ``backward``, to ``module <...>`` / ``class <...>``
 (only modules at or below a matching path in ``model.named_modules()``) and
-to the run-time gates ``rank in <...>`` and ``steps a..b`` (read at each call of the
-root model's ``forward``, for it and the backward that follows it). An
+to the run-time gates ``rank in <...>`` and ``steps a..b`` (read as each module
+call starts, for its forward and the backward that follows it). An
 ``each marker <...>`` rule adds nothing: the model's own markers run in eager
 as written, which is what the thunder side re-emits. Rules that select ops of
 a trace are left out, with one `NvtxRegionsWarning` naming them
 (`selection.support`; ``strict=True``: `SelectorError`), and the rest runs.
 
-How the ranges are made, and the promises that follow:
+How the ranges are made, and the promises that follow (the module-hook front
+end, `runtime.module_ranges`, which `NvtxInductor` shares for the calls that
+run outside its graphs):
 - forward: a forward pre-hook pushes, a forward hook registered with
   ``always_call=True`` pops, so a module that raises still pops its range;
 - backward, without torch's full backward hooks (they wrap every output in an
@@ -62,50 +64,30 @@ next backward's first range (`runtime.hook_ranges`).
 
 from __future__ import annotations
 
-import functools
 import os
 import warnings
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ..core.errors import NvtxRegionsWarning
 from ..core.handle import HANDLE, SpecHandle
-from ..core.naming import DEFAULT_DOMAIN, module_call_name, range_message, rule_category, rule_color
+from ..core.naming import DEFAULT_DOMAIN, module_call_name, range_message
 from ..core.profiling import DEFAULT_SELECT
 from ..language.parse import given_spec, spec_from_arguments
-from ..selection.compile import CompiledRule, CompiledSpec, EachMarkerRule, compile_spec
+from ..selection.compile import CompiledSpec, EachMarkerRule, compile_spec
 from ..selection.explanation import Explanation, explain_views
 from ..selection.plan import make_plan
 from ..selection.support import report_unsupported, restrict
 from ..selection.unselected import RuleTally
-from ..runtime.backward_hooks import BackwardCall
 from .eager_view import module_views
 from ..internals.compiled_markers import keeps_markers
 from ..internals.dynamo import called_while_traced, run_outside_dynamo, traced_self
 from ..internals.inductor_origins import model_modules
-from ..internals.module_hooks import HookIds, register_hooks
-from ..runtime.clock import current_rank, current_step, watch_step_gates
-from ..runtime.domain import Domain, calls_of
-from ..runtime.hook_ranges import CALL, MODULE, PUSHED, HookRanges
+from ..runtime.clock import watch_step_gates
+from ..runtime.domain import Domain
+from ..runtime.module_ranges import HookTarget, ModuleRanges, hook_targets
 from ..runtime.sinks import NVTX_ONLY, chosen_sinks
 
 __all__ = ["annotate", "EagerAnnotation"]
-
-
-@dataclass
-class _Target:
-    """One hooked module: its ranges per pass, as (rule index, prebuilt attributes), in push order."""
-
-    module: Any
-    path: str
-    forward: list[tuple[int, Any]] = field(default_factory=list)
-    backward: list[tuple[int, Any]] = field(default_factory=list)
-
-    @functools.cached_property
-    def plain_entry(self) -> tuple:
-        """The stack entry of a call with no backward range to prepare and no gate: one object,
-        made once (the hooks run on every call)."""
-        return (id(self.module), len(self.forward), -1, None)
 
 
 class EagerAnnotation(SpecHandle):
@@ -124,13 +106,11 @@ class EagerAnnotation(SpecHandle):
         self.compiled = restrict(compiled, "eager")
         self.domain_name = domain
         self.domain = Domain(domain, sinks)
-        self._calls = calls_of(self.domain)
         watch_step_gates(self.compiled.rules)
-        self._gated = any(rule.gate is not None for rule in self.compiled.rules)
-        self._open_rules = [self._is_open(r, 0) for r in self.compiled.rules]
-        self._ranges = HookRanges(self._calls)
-        self._handles: list[Any] = []
-        self._targets: list[_Target] = []
+        self._traced = self._traced_hook()
+        self._front = ModuleRanges(self.domain, on_traced=self._traced)
+        self._handles: list[Any] = []  # the root's pre-hook's
+        self._targets: list[HookTarget] = []
         report_unsupported(self.compiled, strict=strict, stacklevel=3)
         previous = vars(model).get(HANDLE)
         if isinstance(previous, EagerAnnotation) and previous.model is model:  # not a copy's
@@ -150,7 +130,7 @@ class EagerAnnotation(SpecHandle):
         """(pass, message) of every range a step emits per module call, in module order."""
         out = []
         for target in self._targets:
-            name = module_call_name(target.path, type(target.module).__name__)
+            name = module_call_name(target.path, type(target.module()).__name__)
             out += [("forward", range_message(name, "forward"))] * len(target.forward)
             out += [("backward", range_message(name, "backward"))] * len(target.backward)
         return out
@@ -170,7 +150,7 @@ class EagerAnnotation(SpecHandle):
 
     def remove(self) -> None:
         """Remove every hook and restore each module's hook state; pop ranges left open on this thread."""
-        if self._ranges.removed:
+        if self._front.ranges.removed:
             return
         self.removed = True
         for handle in self._handles:
@@ -178,7 +158,7 @@ class EagerAnnotation(SpecHandle):
         self._handles.clear()
         if vars(self.model).get(HANDLE) is self:
             delattr(self.model, HANDLE)
-        self._ranges.remove()
+        self._front.remove()
 
     def __deepcopy__(self, memo: Any) -> EagerAnnotation:
         # A deep copy of the model (an EMA copy, say) copies its hook dicts, whose hooks are bound
@@ -194,11 +174,8 @@ class EagerAnnotation(SpecHandle):
 
     # -- which modules get which ranges ---------------------------------------
 
-    def _install(self) -> None:
-        import torch
-
-        self._grad_enabled = torch.is_grad_enabled
-        self._compiling = torch.compiler.is_compiling
+    def _traced_hook(self) -> Any:
+        """What the hooks call when Dynamo traces them: `_note_traced`, called for real at trace time."""
         self._traced_warned = False
         annotation = self
 
@@ -206,29 +183,20 @@ class EagerAnnotation(SpecHandle):
             annotation._note_traced()
             return True
 
-        self._traced = called_while_traced(traced)
+        return called_while_traced(traced)
+
+    def _install(self) -> None:
+        import torch
+
+        self._compiling = torch.compiler.is_compiling
         run_outside_dynamo(EagerAnnotation._root_pre_hook)
         self.views = module_views(self.model)
         self._plans = [make_plan(self.compiled, view, self.domain_name) for view in self.views]
-        targets: dict[int, _Target] = {}
-        for view, plan in zip(self.views, self._plans):
-            for planned in plan.ranges:
-                op = view.ops[planned.start]
-                target = targets.get(op.index)
-                if target is None:
-                    target = targets[op.index] = _Target(op.module, op.path)
-                rule = self.compiled.rules[planned.rules[0]]
-                color, category = rule_color(rule.number), rule_category(rule.rule)
-                attributes = self.domain.attributes(planned.label, color=color, category=category)
-                getattr(target, view.phase).append((rule.number, attributes))
-        self._targets = [targets[index] for index in sorted(targets)]
+        self._targets = hook_targets(self.compiled, self.views, self._plans, self.domain)
         # The root's pre-hook runs first, before any range of the root is pushed.
         self._handles.append(self.model.register_forward_pre_hook(self._root_pre_hook, prepend=True))
-        ids = HookIds()  # one id per kind for all: Dynamo's guards on hook ids then pass on every layer
         for target in self._targets:
-            # Only a backward range needs the keyword arguments (tensors in them are inputs too).
-            hooks = (self._pre_hook(target), self._post_hook(target))
-            self._handles += register_hooks(target.module, *hooks, with_kwargs=bool(target.backward), ids=ids)
+            self._front.hook(target)
 
     def _note_traced(self) -> None:
         """Dynamo traces a hook of this annotation: warn once, naming the compiled module, unless the
@@ -260,135 +228,14 @@ class EagerAnnotation(SpecHandle):
             tally.add(plan, view)
         tally.report(strict=strict, where=f"the module calls of this {type(self.model).__name__}", skip=(EachMarkerRule,), stacklevel=4)
 
-    # -- hooks -----------------------------------------------------------------
-    # They run on every module call of a training step, so they stay flat: no call they can
-    # spare (measured in benchmarks/eager_hooks.py against hand-written hooks).
-
-    def _is_open(self, rule: CompiledRule, step: int) -> bool:
-        return rule.gate is None or rule.gate.is_open(current_rank(), step)
+    # -- the root's hook ------------------------------------------------------
 
     def _root_pre_hook(self, module: Any, args: Any) -> None:
         if self._compiling():  # under Dynamo: nothing (see the module doc)
             self._traced()
             return
-        if module is not self.model:  # a deep copy's
-            return
-        # Outside any backward nothing of ours is open on this thread, unless a backward raised
-        # with ranges open (autograd calls no hook of ours then), or a forward was interrupted.
-        if self._ranges.autograd.graph_task_id() == -1:
-            if self._ranges.stack():
-                self._ranges.recover()
-            self._ranges.mark_others_stale()
-        if self._gated:
-            step = current_step()
-            self._open_rules = [self._is_open(r, step) for r in self.compiled.rules]
-
-    def _push(self, entries: list[tuple[int, Any]]) -> int:
-        """Push the ranges of `entries` whose gates are open this step; how many."""
-        push, domain = self._calls.push, self._calls.domain_argument
-        pushed = 0
-        for index, attributes in entries:
-            if self._open_rules[index]:
-                push(attributes, domain)
-                pushed += 1
-        return pushed
-
-    def _pre_hook(self, target: _Target) -> Callable[..., None]:
-        forward, backward, owner, key = target.forward, target.backward, target.module, id(target.module)
-        ranges, grad_enabled, new_call = self._ranges, self._grad_enabled, BackwardCall
-        local, stack_of, push, domain, gated = ranges.local, ranges.stack, ranges.push, ranges.domain_argument, self._gated
-        attributes = [attributes for _, attributes in forward]
-        backward_attributes = [attributes for _, attributes in backward]
-        plain = target.plain_entry
-        in_backward = ranges.autograd.graph_task_id
-        # One range, the usual case, is pushed without a loop: in a training step, where the
-        # hooks run among much other code, a loop measured about 1 us a call (eager_hooks.py).
-        one = len(attributes) == 1
-        first = attributes[0] if one else None
-        compiling, traced = self._compiling, self._traced
-
-        def forward_pre_hook(module: Any, args: Any, kwargs: Any = None) -> None:
-            if compiling():  # under Dynamo: nothing (see the module doc); first, so Dynamo reads no more
-                traced()
-                return
-            if module is not owner:  # a deep copy's module, which has a copy of this hook
-                return
-            try:
-                stack = local.stack
-            except AttributeError:
-                stack = stack_of()
-            if gated:
-                self._gated_pre_hook(stack, key, forward, backward, args, kwargs)
-                return
-            if in_backward() != -1:
-                # Activation checkpointing recomputes the forward inside the backward: not a forward
-                # call (Inductor's graphs recompute it inside the backward's kernels). A reentrant
-                # checkpoint's backward runs through this call's graph: its backward range stays.
-                call = new_call(ranges, backward_attributes, args, kwargs) if backward and grad_enabled() else None
-                stack.append((key, 0, -1, call))
-                return
-            if one:
-                push(first, domain)
-            else:
-                for each in attributes:
-                    push(each, domain)
-            if backward and grad_enabled():
-                stack.append((key, len(attributes), -1, new_call(ranges, backward_attributes, args, kwargs)))
-            else:
-                stack.append(plain)
-
-        return run_outside_dynamo(forward_pre_hook)
-
-    def _gated_pre_hook(self, stack: list, key: int, forward: list, backward: list, args: Any, kwargs: Any) -> None:
-        """A pre-hook's work where the spec has gates (read at the root's pre-hook, for the
-        step's forward and the backward that follows it)."""
-        open_rules, call = self._open_rules, None
-        if backward and self._grad_enabled():
-            call = BackwardCall(self._ranges, [a for index, a in backward if open_rules[index]], args, kwargs)
-        recompute = self._ranges.autograd.graph_task_id() != -1  # activation checkpointing (see the pre-hook)
-        stack.append((key, 0 if recompute else self._push(forward), -1, call))
-
-    def _post_hook(self, target: _Target) -> Callable[..., None]:
-        owner, key, ranges = target.module, id(target.module), self._ranges
-        local, stack_of, pop = ranges.local, ranges.stack, ranges.pop
-        plain, pops = target.plain_entry, range(len(target.forward))
-        one = len(target.forward) == 1  # popped without a loop (see the pre-hook)
-        compiling = self._compiling
-
-        def forward_hook(module: Any, args: Any, output: Any) -> None:
-            if compiling():  # under Dynamo: nothing, as the pre-hook
-                return
-            if module is not owner:  # a deep copy's module
-                return
-            try:
-                stack = local.stack
-            except AttributeError:
-                stack = stack_of()
-            entry = stack[-1] if stack else None
-            if entry is plain:  # no backward range to prepare, no gate, nothing left open inside
-                stack.pop()
-                if one:
-                    pop()
-                else:
-                    for _ in pops:
-                        pop()
-                return
-            if entry is not None and entry[MODULE] == key:  # nothing left open inside
-                stack.pop()
-                pushed = entry[PUSHED]
-                if pushed == 1:
-                    pop()
-                else:
-                    for _ in range(pushed):
-                        pop()
-            else:
-                entry = ranges.close_forward(stack, key)
-                if entry is None:
-                    return
-            if entry[CALL] is not None:
-                entry[CALL].outputs_ready(output)
-
-        return run_outside_dynamo(forward_hook)
+        if module is self.model:  # not a deep copy's
+            self._front.recover_at_root()
 
 
 def annotate(
