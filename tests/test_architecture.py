@@ -549,3 +549,25 @@ MAX_LINES = 450
 def test_no_module_is_over_450_lines():
     long = {name: n for name, path in modules().items() if (n := len(path.read_text().splitlines())) > MAX_LINES}
     assert long == {}, f"modules over {MAX_LINES} lines (split them by concern)"
+
+
+def test_one_module_hook_front_end():
+    """Module calls get their ranges from one front end (`runtime.module_ranges`, issue 43): only it
+    registers the hooks that push and pop them (`register_hooks`), for eager and for Inductor's calls
+    outside its graphs. Other registrations: eager's root pre-hook (recovery) and the watch on an
+    Inductor model's first call, which push nothing."""
+    calls: dict[str, int] = {}
+    for name, path in modules().items():
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+                if called in ("register_hooks", "register_forward_pre_hook", "register_forward_hook"):
+                    calls[f"{name}.{called}"] = calls.get(f"{name}.{called}", 0) + 1
+    assert calls == {
+        "nvtx_regions.runtime.module_ranges.register_hooks": 1,
+        "nvtx_regions.internals.module_hooks.register_forward_pre_hook": 1,
+        "nvtx_regions.internals.module_hooks.register_forward_hook": 1,
+        "nvtx_regions.emission.eager.register_forward_pre_hook": 1,
+        "nvtx_regions.inductor.outside.register_forward_hook": 1,
+    }

@@ -64,6 +64,7 @@ CORPUS = [
     "shared",  # one block called twice (shared weights)
     "inplace",  # each block changes its input in place first
     "loop",  # the break in the model's loop: each block compiled whole, as a frame of its own
+    "keyword",  # the blocks called with their input as a keyword argument
 ]
 
 

@@ -313,8 +313,8 @@ class NvtxInductor(SpecHandle):
         if outsides:
             # The calls that ran outside every graph had their ranges from hooks: their rules selected.
             for outside in outsides:
-                for rules in outside.ran.values():
-                    for rule in rules:
+                for target in outside.ran():
+                    for rule in target.rules:
                         self._tally.ranges[rule] = max(self._tally.ranges[rule], 1)
         self._report()
 

@@ -26,11 +26,11 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
+from ..internals.dynamo import run_outside_dynamo
 from ..runtime.hook_ranges import CALL
+from ..runtime.module_ranges import NOW, WAIT, WHOLE
 
-__all__ = ["FirstStep", "WHOLE", "WAIT", "NOW", "STEP_FUNCTIONS"]
-
-WHOLE, WAIT, NOW = range(3)  # what a call's pre-hook does with its ranges (`FirstStep.decide`)
+__all__ = ["FirstStep"]
 
 # Per model: the forward functions of its modules Dynamo compiled whole, to their return, for any of
 # its backends (the hooks of one backend's first step run around a layer another compiled: a backend per
@@ -47,6 +47,7 @@ class FirstStep:
     """The compile step's bookkeeping of one backend's hooks (see the module doc)."""
 
     def __init__(self) -> None:
+        _keep_out_of_dynamo()
         self.whole: set[Any] | None = None  # the forward functions compiled whole in its first model, once added
         # The ranges that wait: (the hooks' ranges, the thread's stack, the call's entry's index, its
         # forward ranges' attributes, its forward function, and what to forget if they are dropped).
@@ -71,8 +72,8 @@ class FirstStep:
             self.whole.add(_forward_of(module))
 
     def wait(self, ranges: Any, stack: Any, attributes: list[Any], module: Any, noted: Any) -> None:
-        """The call's ranges wait; its entry goes on `stack` next. `noted`: (a dict, a key) whose entry
-        said that the call had ranges from hooks (`explain`), taken out if they are dropped."""
+        """The call's ranges wait; its entry goes on `stack` next. `noted`: the call's hook target, whose
+        `ran` said that its calls had ranges from hooks (`explain`), taken back if they are dropped."""
         self.waiting.append((ranges, stack, len(stack), attributes, _forward_of(module), noted))
 
     def resolve(self) -> None:
@@ -84,7 +85,7 @@ class FirstStep:
                 if call is not None:
                     call.attributes = []  # its backward range is in the graph's backward
                 if noted is not None:
-                    noted[0].pop(noted[1], None)
+                    noted.ran = False
             else:
                 _push(ranges, stack, index, attributes)
 
@@ -103,5 +104,13 @@ def _push(ranges: Any, stack: Any, index: int, attributes: list[Any]) -> None:
         stack[index] = (entry[0], len(attributes), *entry[2:])
 
 
-# What the hooks call (`inductor.outside` keeps Dynamo from compiling them as frames of their own).
-STEP_FUNCTIONS = (_forward_of, _push, FirstStep.decide, FirstStep.wait, FirstStep.flush, FirstStep.resolve)
+_kept_out: list[bool] = []
+
+
+def _keep_out_of_dynamo() -> None:
+    """Dynamo never compiles what the hooks call as frames of their own (it would try each, to no graph,
+    in the compile step). Once, when the first backend is made (it imports torch)."""
+    if not _kept_out:
+        _kept_out.append(True)
+        for function in (_forward_of, _push, FirstStep.decide, FirstStep.wait, FirstStep.flush, FirstStep.resolve):
+            run_outside_dynamo(function)

@@ -124,6 +124,7 @@ class ModuleRanges:
 
     def __init__(self, domain: Domain, *, on_traced: Callable[[], Any] = _nothing) -> None:
         _keep_out_of_dynamo()
+        self.domain = domain
         self.ranges = HookRanges(calls_of(domain))
         self.targets: dict[int, HookTarget] = {}  # id of a module -> its target
         self.waits: CallsWait | None = None
@@ -134,14 +135,27 @@ class ModuleRanges:
     # -- which modules carry the hooks -----------------------------------------
 
     def add(self, target: HookTarget) -> None:
-        """Give the calls of `target`'s module its ranges, once it is hooked (`hook`)."""
-        self.targets[target.key] = target
+        """Give the calls of `target`'s module its ranges, once it is hooked (`hook`). Nothing of it
+        stays here once the module is gone (a new module may have its id)."""
+        module = target.module()
+        if module is None or self.targets.get(target.key) is target:
+            return
+        front, key = weakref.ref(self), target.key
+
+        def gone(ref: Any) -> None:
+            found = front()
+            if found is not None and getattr(found.targets.get(key), "module", None) is ref:
+                del found.targets[key]
+                found._handles.pop(key, None)
+
+        target.module = weakref.ref(module, gone)
+        self.targets[key] = target
 
     def hook(self, target: HookTarget) -> None:
         """Put the hooks on `target`'s module, unless they are on (or it is gone)."""
+        self.add(target)
         module = target.module()
         if module is not None and target.key not in self._handles:
-            self.targets[target.key] = target
             self._handles[target.key] = register_hooks(
                 module, self.pre_hook, self.post_hook, with_kwargs=bool(target.backward), ids=self._ids
             )

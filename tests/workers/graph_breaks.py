@@ -143,6 +143,16 @@ class LoopBreak(Looped):
         return self.head(x)
 
 
+class KeywordLoop(Looped):
+    """The blocks called with their input as a keyword argument: a call's backward range closes once
+    the gradient of that input is computed, as for a positional one."""
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x=x)
+        return self.head(x)
+
+
 def qwen2_moe() -> torch.nn.Module:
     """Hugging Face Qwen2-MoE with transformers' eager experts code, which breaks the graph at
     ``nonzero`` inside each layer's experts (called with token ids)."""
@@ -179,6 +189,7 @@ PATTERNS = {
     "shared": lambda: Shared("print"),
     "inplace": lambda: Looped("print", block=InPlace),
     "loop": lambda: LoopBreak("print"),
+    "keyword": lambda: KeywordLoop("print"),
     "qwen2_moe": qwen2_moe,
     "mixtral": mixtral,
 }
