@@ -33,12 +33,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..core.markers import RECORD_FUNCTION, Marker
+from ..core.markers import RECORD_FUNCTION
 from ..core.naming import rule_category, rule_color
 from ..internals.inductor import Placement
 from ..selection.compile import CompiledSpec, Gate
 from ..selection.markers import marker_spans
-from ..runtime.sinks import NVTX_ONLY
+from ..runtime.sinks import NVTX_ONLY, marker_sink, sinks_named
 from ..selection.plan import Plan, PlannedRange
 from .kernels import KernelView
 from .runtime import NAMES, gate_text
@@ -63,10 +63,6 @@ class _Range:
     category: str | None
 
 
-def _own_sink(marker: Marker) -> str:
-    return "record_function" if marker.form == RECORD_FUNCTION else "nvtx"
-
-
 def _ranges(plan: Plan, view: KernelView, spec: CompiledSpec, domain: str | None, sinks: tuple[str, ...]) -> list[_Range]:
     """The ranges of `plan` and the user's own markers in `view`, each with where it goes, in push order
     (see the module doc)."""
@@ -77,7 +73,8 @@ def _ranges(plan: Plan, view: KernelView, spec: CompiledSpec, domain: str | None
             marker = span.marker
             start, end = view.ops[span.first].index, view.ops[span.last].index
             planned = PlannedRange(start, end, "region", (), marker.message or "", None, marker)
-            target = (None, ("record_function",)) if marker.form == RECORD_FUNCTION else (marker.domain, NVTX_ONLY)
+            own = marker_sink(marker.form)
+            target = (marker.domain if own.has_domains else None, (own.name,))
             found.append((0, _Range(planned, target, marker.color, None)))
     for planned in plan.ranges:
         rule = spec.rules[planned.rules[0]]
@@ -87,12 +84,12 @@ def _ranges(plan: Plan, view: KernelView, spec: CompiledSpec, domain: str | None
         if marker is not None:
             if view.phase == "forward":
                 # Its own range is there already in its own sink: not twice in one sink.
-                its_sinks = tuple(sink for sink in sinks if sink != _own_sink(marker))
+                its_sinks = tuple(sink for sink in sinks if sink != marker_sink(marker.form).name)
             if not its_sinks:
                 continue
             if marker.form != RECORD_FUNCTION:
                 color, category = marker.color, None  # the user's marker as they pushed it
-        target_domain = planned.domain(domain) if "nvtx" in its_sinks else None
+        target_domain = planned.domain(domain) if any(sink.has_domains for sink in sinks_named(its_sinks)) else None
         found.append((1, _Range(planned, (target_domain, its_sinks), color, category)))
     found.sort(key=lambda item: (item[1].planned.start, item[1].planned.kind == "op", -item[1].planned.end, item[0]))
     return _start_end_where_stacks_cross([item[1] for item in found])
@@ -101,7 +98,7 @@ def _ranges(plan: Plan, view: KernelView, spec: CompiledSpec, domain: str | None
 def _stacks(target: Target) -> set[Any]:
     """The stacks a range of `target` lives on: NVTX's, one per domain; record_function's one."""
     name, sinks = target
-    return {("nvtx", name) if sink == "nvtx" else sink for sink in sinks}
+    return {sink.stack(name) for sink in sinks_named(sinks)}
 
 
 def _start_end_where_stacks_cross(ranges: list[_Range]) -> list[_Range]:

@@ -25,11 +25,12 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..core.markers import RECORD_FUNCTION
 from ..core.profiling import ENV_EMIT, emit_sinks
 from ..internals.nvtx_calls import c_push_pop, c_start_end
 from ..internals.profiler import user_scope_functions
 
-__all__ = ["chosen_sinks", "record_function_calls", "sinks_named", "Sink", "NVTX_ONLY", "NvtxCalls", "nvtx_calls", "SKIPPED"]
+__all__ = ["chosen_sinks", "record_function_calls", "sinks_named", "marker_sink", "Sink", "NVTX_ONLY", "NvtxCalls", "nvtx_calls", "SKIPPED"]
 
 NVTX_ONLY = ("nvtx",)
 
@@ -90,9 +91,15 @@ def nvtx_calls(domain: Any) -> NvtxCalls:
 
 class Sink:
     """Where ranges go: its `name` (as ``emit=`` says it), and for a domain (`domain.Domain`) what a
-    range's push takes and the functions that emit its ranges."""
+    range's push takes and the functions that emit its ranges. `has_domains`: its ranges live in
+    the spec's domain (else in none); `stack(domain)`: the stack a range of the domain named so
+    lives on, on which two ranges must nest."""
 
     name = ""
+    has_domains = False
+
+    def stack(self, domain: str | None) -> Any:
+        return self.name
 
     def attributes(self, domain: Any, message: str, color: int | None, category: str | None) -> Any:
         """What a push of this sink takes, for the range `message` of `domain`."""
@@ -108,6 +115,10 @@ class NvtxSink(Sink):
     category), pushed by nvtx's C functions."""
 
     name = "nvtx"
+    has_domains = True
+
+    def stack(self, domain: str | None) -> Any:
+        return (self.name, domain)  # one stack per NVTX domain
 
     def attributes(self, domain: Any, message: str, color: int | None, category: str | None) -> Any:
         handle = domain.handle
@@ -136,6 +147,12 @@ SINK_OBJECTS: dict[str, Sink] = {sink.name: sink for sink in (NvtxSink(), Profil
 def sinks_named(names: tuple[str, ...]) -> tuple[Sink, ...]:
     """The sink objects of `names` (from `chosen_sinks`, or a pickle or generated code), in that order."""
     return tuple(SINK_OBJECTS[name] for name in names)
+
+
+def marker_sink(form: str) -> Sink:
+    """The sink where a user's marker of `form` (`core.markers`) emits its own range: torch.profiler's
+    for ``record_function``, NVTX's for the others."""
+    return SINK_OBJECTS[RECORD_FUNCTION if form == RECORD_FUNCTION else "nvtx"]
 
 
 def chosen_sinks(emit: Any, *, where: str) -> tuple[str, ...]:
