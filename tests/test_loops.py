@@ -188,6 +188,41 @@ def test_layer_by_layer_compile_gives_eager_names_from_the_first_step(nvtx_captu
     torch._dynamo.reset()
 
 
+BREAK_SPEC = "each module <blocks.*>\neach class <Linear>"
+
+
+@pytest.mark.parametrize("way", ["one backend", "a backend per layer", "torchtitan"])
+def test_layer_by_layer_with_a_graph_break_in_each_layer_gives_eager_names(nvtx_capture, way):
+    """Each layer compiled on its own breaks its graph: its call gets its range from the hooks, its
+    Linear from its graphs. With a backend per layer the backends share one set of hooks and know
+    each other's graphs: before, each layer's range came twice (the backend of layer 0 hooked layer 1
+    again, its graphs held by another backend) and the backward ranges went missing."""
+    from nvtx_regions.inductor import NvtxInductor
+
+    eager = Net(graph_break=True)
+    with nvtx_regions.annotate(eager, BREAK_SPEC), nvtx_capture() as events:
+        _step(eager)
+    expected = _ranges(events)
+    assert expected == ["blocks.0", "blocks.0.fc", "blocks.1", "blocks.1.fc",
+                        "blocks.1 (backward)", "blocks.1.fc (backward)", "blocks.0 (backward)", "blocks.0.fc (backward)"]  # fmt: skip
+    model = Net(graph_break=True)
+    shared = NvtxInductor(BREAK_SPEC, model=model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for number, block in enumerate(list(model.blocks)):
+            if way == "torchtitan":
+                model.blocks[number] = torch.compile(block, backend=shared)
+            else:
+                block.compile(backend=shared if way == "one backend" else NvtxInductor(BREAK_SPEC, model=model))
+        seen = []
+        for _ in range(3):
+            with nvtx_capture() as events:
+                _step(model)
+            seen.append(_ranges(events))
+    assert seen == [expected] * 3  # step 0 too
+    torch._dynamo.reset()
+
+
 def test_a_call_across_a_graph_break_has_eager_names_and_explain_says_where_they_come_from(nvtx_capture):
     """Each block's call spans a graph break: no graph holds it, and hooks give it its range, as eager,
     in every step, the one that compiles too; explain() names the calls ranged so."""

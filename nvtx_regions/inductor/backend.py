@@ -140,8 +140,6 @@ class NvtxInductor(SpecHandle):
         self.options = dict(options or {})
         # The models compiled, weakly (`adopt`); their module paths name the ranges.
         self._models = Models()
-        # Per model: the hooks that give its calls outside every graph (a graph break) their ranges.
-        self.outside = EveryModel(self.compiled, domain, self.sinks)
         # The model's paths name the ranges too (they decide a message where the frame is a submodule's).
         self._tree = None if model is None else structure(model)
         self.graphs: list[PlacedGraph] = []
@@ -163,6 +161,9 @@ class NvtxInductor(SpecHandle):
         digest = hashlib.sha256(f"{build_digest()}\0{domain!r}\0{self.sinks}\0{text}\0{tree}".encode()).hexdigest()[:24]
         self.cache_key = f"nvtx_regions:{digest}"
         loaded.register(self.cache_key, self)
+        # Per model: the hooks that give its calls outside every graph (a graph break) their ranges, shared
+        # by the backends of this key (a backend per layer).
+        self.outside = EveryModel.of(self.cache_key, self, self.compiled, domain, self.sinks)
         if model is not None:
             self.adopt(model)
         dynamo_events.watch()
@@ -188,10 +189,11 @@ class NvtxInductor(SpecHandle):
                 f"{self!r}.adopt(): {type(model).__name__} has other module paths or classes than the model this "
                 "backend was made for; make a backend for it: NvtxInductor(..., model=that_model)"
             )
+        self._models.add(model)
         if self.outside.add(model):
-            self._models.add(model)
             # A first call that runs in Python with no graph compiled: said, and named by hooks (`outside`).
-            self.outside.watch_first_call(model, lambda: bool(self.graphs), lambda text: self._say("uncompiled", f"{self!r}: {text}"))
+            outside = self.outside
+            outside.watch_first_call(model, lambda: outside.loaded_any, lambda text: self._say("uncompiled", f"{self!r}: {text}"))
 
     def __repr__(self) -> str:
         return f"NvtxInductor({'; '.join(render(r) for r in self.spec.rules)!r}, domain={self.domain_name!r})"
@@ -259,7 +261,7 @@ class NvtxInductor(SpecHandle):
             return
         self.removed = True
         loaded.release(self)
-        self.outside.remove()
+        self.outside.release(self)
 
     def _before(self, frame: FrameRoot, args: tuple[Any, ...]) -> tuple[str | None, str | None]:
         """Before a call of a graph whose code serves several module instances: the one it runs for, and
@@ -304,8 +306,9 @@ class NvtxInductor(SpecHandle):
         self._unreported = False
         outsides = self.outside.all()
         if outsides and self.graphs:
-            # What no graph holds ran outside torch.compile (or was not called): hooks from now on.
-            seen = {call.path for graph in self.graphs for op in graph.view.ops if op.chain for call in op.chain}
+            # What no graph holds ran outside torch.compile (or was not called): hooks from now on. The
+            # graphs of every backend of this key count (a backend per layer: the others' layers).
+            seen = self.outside.in_graphs
             self.outside.need(path for path in outsides[0].selected if path and path not in seen)
         self.outside.first_step_over()
         if self._warned and not self.graphs:
@@ -397,6 +400,8 @@ class NvtxInductor(SpecHandle):
                 self.graphs.append(PlacedGraph(number, v, plan))
                 self._tally.add(plan, v)
             self._unreported = True
+        if views:
+            self.outside.held(call.path for v in views for op in v.ops if op.chain for call in op.chain)
 
     def _around_no_kernel(self, number: int, view: KernelView) -> None:
         """Say which markers of graph `number` no kernel of its forward `view` is inside."""

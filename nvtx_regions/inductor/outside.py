@@ -154,12 +154,33 @@ class OutsideCalls:
         self.front.forget(key)
 
 
+# The `EveryModel` of each backend key (`NvtxInductor.cache_key`: its spec, domain, sinks and model
+# structure), while a backend of that key lives.
+_shared: "weakref.WeakValueDictionary[str, EveryModel]" = weakref.WeakValueDictionary()
+
+
 class EveryModel:
-    """The `OutsideCalls` of every model one backend compiles (each held weakly, its hooks going with
-    it), and the paths whose calls need hooks in all of them: a model added later gets those too."""
+    """The `OutsideCalls` of every model the backends of one key compile (each model held weakly, its
+    hooks going with it), and the paths whose calls need hooks in all of them: a model added later
+    gets those too. Backends of one key (a backend per layer, made alike) share one (`of`): one set
+    of hooks on a model, which knows what every one of their graphs holds, taken off with the last
+    of them (`release`)."""
+
+    @classmethod
+    def of(cls, key: str, backend: Any, compiled: CompiledSpec, domain: str | None, sinks: tuple[str, ...]) -> EveryModel:
+        """The `EveryModel` of the backends of `key`, `backend` among them."""
+        found = _shared.get(key)
+        if found is None or found.removed:
+            found = _shared[key] = cls(compiled, domain, sinks)
+        found._backends.add(backend)
+        return found
 
     def __init__(self, compiled: CompiledSpec, domain: str | None, sinks: tuple[str, ...]) -> None:
         self._compiled, self._domain = compiled, domain
+        self._backends: weakref.WeakSet[Any] = weakref.WeakSet()
+        self.removed = False
+        self.in_graphs: set[str] = set()  # the module paths whose calls a graph of a backend of the key holds
+        self.loaded_any = False  # a backend of the key loaded a graph
         self._calls: weakref.WeakKeyDictionary[Any, OutsideCalls] = weakref.WeakKeyDictionary()
         self._needed: set[str] = set()
         self._watches: list[Any] = []  # the handles of `watch_first_call`'s hooks
@@ -260,8 +281,21 @@ class EveryModel:
     def all(self) -> list[OutsideCalls]:
         return list(self._calls.values())
 
+    def held(self, paths: Any) -> None:
+        """A backend of the key loaded a graph that holds the calls of `paths`."""
+        self.loaded_any = True
+        self.in_graphs.update(paths)
+
+    def release(self, backend: Any) -> None:
+        """`backend` is removed: take every hook off unless another backend of the key, alive and not
+        removed, still uses them."""
+        self._backends.discard(backend)
+        if not any(not other.removed for other in self._backends):
+            self.remove()
+
     def remove(self) -> None:
         """Take every model's hooks off."""
+        self.removed = True
         if self._listening:
             _stop(self._listening)
             self.first_step.flush()

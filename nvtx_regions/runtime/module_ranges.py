@@ -318,5 +318,6 @@ def _keep_out_of_dynamo() -> None:
     graph, in the step that compiles. Once, when the first front end is made (it imports torch)."""
     if not _kept_out:
         _kept_out.append(True)
-        for function in (*BACKWARD_HOOK_FUNCTIONS, BackwardCall.__init__, BackwardCall.outputs_ready, ModuleRanges._pre, _open):
+        for function in (*BACKWARD_HOOK_FUNCTIONS, BackwardCall.__init__, BackwardCall.outputs_ready, ModuleRanges._pre,
+                         ModuleRanges.recover_at_root, _open):  # fmt: skip
             run_outside_dynamo(function)
