@@ -253,9 +253,9 @@ class NvtxInductor(SpecHandle):
         return dynamo.around(compiled, before, functools.partial(self._after, number))
 
     def remove(self) -> None:
-        """Emit no range from now on: the wrappers compiled for this backend run on without theirs
-        (unless another `NvtxInductor` alive, of the same spec and model, shares them: its key), its
-        hooks on the calls outside every graph come off, and graphs compiled from now on get none.
+        """Emit no range from now on: the wrappers compiled for this backend run on without theirs and
+        its hooks on the calls outside every graph come off (unless another `NvtxInductor` alive, of
+        the same spec and model, shares them: its key), and graphs compiled from now on get none.
         Nothing more is said at exit. Removing twice is harmless."""
         if self.removed:
             return
