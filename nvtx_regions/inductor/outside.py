@@ -35,9 +35,10 @@ Promises:
 - The messages, colours, categories, gates and domain are those the spec gives
   the same module under eager and in a wrapper: the module's path, and its
   path with `` (backward)``.
-- One set of hooks per model: a new `OutsideCalls` on the same model removes
-  the last one's. A module reachable under several paths is hooked once, under
-  the first that needs it.
+- One set of hooks per model: backends made alike (a backend per layer) share
+  one `EveryModel` (`EveryModel.of`), and a new `OutsideCalls` on the same
+  model, another backend's, removes the last one's. A module reachable under
+  several paths is hooked once, under the first that needs it.
 """
 
 from __future__ import annotations
