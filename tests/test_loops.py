@@ -443,6 +443,31 @@ def test_activation_checkpointing_recompute_is_not_a_forward_call(nvtx_capture, 
     torch._dynamo.reset()
 
 
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+def test_checkpoint_wrapper_keeps_the_names_of_the_model_without_it(nvtx_capture, backend):
+    """torch.distributed's checkpoint_wrapper (apply_activation_checkpointing, torchtitan's way) puts
+    each block under ``blocks.0._checkpoint_wrapped_module``: the ranges keep the paths and classes of
+    the model without it (before: ``blocks.0._checkpoint_wrapped_module.fc``, and under Inductor no
+    graph could be named), and the recompute is no forward call."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    spec = "each module <blocks.*>\neach class <Linear>"
+    expected = [
+        "blocks.0", "blocks.0.fc", "blocks.1", "blocks.1.fc",
+        "blocks.1 (backward)", "blocks.1.fc (backward)", "blocks.0 (backward)", "blocks.0.fc (backward)",
+    ]  # fmt: skip
+    model = Net()
+    for number, block in enumerate(list(model.blocks)):
+        model.blocks[number] = checkpoint_wrapper(block)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        compiled = nvtx_regions.compile(model, spec, backend=backend)
+        assert _checkpointed_steps(compiled, nvtx_capture, steps=3) == [expected] * 3
+    assert not [str(w.message) for w in caught if issubclass(w.category, nvtx_regions.NvtxRegionsWarning)]
+    assert "blocks.0._checkpoint_wrapped_module" not in str(nvtx_regions.explain(compiled))
+    torch._dynamo.reset()
+
+
 @pytest.mark.parametrize("reentrant", [False, True], ids=["non-reentrant", "reentrant"])
 def test_a_model_dynamo_runs_uncompiled_gets_eager_names_and_a_warning(nvtx_capture, reentrant):
     """A graph break inside each checkpointed block: Dynamo cannot resume from it and runs the whole

@@ -8,6 +8,7 @@ on the metadata read here (``nn_module_stack``, ``fwd_nn_module_stack``).
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -40,7 +41,7 @@ def graph_module_stacks(gm: Any) -> list[tuple[str, str]]:
     found: dict[tuple[str, str], None] = {}
     for node in gm.graph.nodes:
         for key, value in (node.meta.get("nn_module_stack") or {}).items():
-            if not is_marker_entry(key):
+            if not is_marker_entry(key) and not _is_wrapper(value[1]):
                 found[(str(key), module_path(str(value[0])))] = None
     return list(found)
 
@@ -57,12 +58,13 @@ def module_path(source: str) -> str:
     the compiled frame calls the root.
 
     ``L['self'].transformer.h.0`` -> ``transformer.h.0``; ``L['args'][0].model.layers.0`` ->
-    ``model.layers.0``; ``L['self'].h[0]`` and ``L['self']._modules['h']['0']`` -> ``h.0``.
-    (2.11 and 2.14 write the first two forms.)
+    ``model.layers.0``; ``L['self'].h[0]`` and ``L['self']._modules['h']['0']`` -> ``h.0``;
+    ``L['self'].h.__dict__['_modules']['0']`` -> ``h.0`` (2.14, a module kept in a wrapper). A wrapper's
+    attribute for what it wraps is left out (`_WRAPPED`). (2.11 and 2.14 write the first two forms.)
     """
     path = _SOURCE_ROOT.sub("", source)
     path = _ITEM.sub(lambda m: "." + m.group(1), path).replace("._modules.", ".")
-    return ".".join(part for part in path.split(".") if part and part != "_modules")
+    return ".".join(part for part in path.split(".") if part and part not in ("_modules", "__dict__") and part not in _WRAPPED)
 
 
 def module_paths(model: Any) -> dict[str, str]:
@@ -75,23 +77,47 @@ def module_paths(model: Any) -> dict[str, str]:
     return paths
 
 
-_WRAPPED = "_orig_mod"  # where torch.compile's OptimizedModule keeps the module it compiles (2.8 to 2.14)
+# Where a module that wraps another in place keeps it: torch.compile's OptimizedModule, and
+# torch.distributed's activation checkpointing wrappers (`checkpoint_wrapper`,
+# `apply_activation_checkpointing`, torchtitan's), ActivationWrapper (2.8, 2.11 and 2.14.1).
+_WRAPPED = ("_orig_mod", "_checkpoint_wrapped_module")
 
 
 def _unwrapped(path: str) -> str:
-    return ".".join(part for part in path.split(".") if part != _WRAPPED)
+    return ".".join(part for part in path.split(".") if part not in _WRAPPED)
+
+
+@functools.cache
+def _wrappers() -> tuple[type, ...]:
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    try:
+        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import ActivationWrapper
+    except ImportError:  # a torch built without torch.distributed
+        return (OptimizedModule,)
+    return (OptimizedModule, ActivationWrapper)
+
+
+def _is_wrapper(cls: Any) -> bool:
+    """Whether `cls`, a class Dynamo recorded a module call under (or its name), wraps a module in place
+    (`_wrappers`): Dynamo records the wrapper's call and, inside it, the wrapped module's."""
+    if isinstance(cls, str):
+        names = {kind.__name__ for wrapper in _wrappers() for kind in (wrapper, *wrapper.__subclasses__())}
+        return cls.rsplit(".", 1)[-1] in names
+    return isinstance(cls, type) and issubclass(cls, _wrappers())
 
 
 def model_modules(model: Any, *, every_path: bool = False) -> list[tuple[str, Any]]:
     """``model.named_modules()`` (`every_path`: a shared module under each of its paths, not only its
-    first) as the model's author names them: a module that ``torch.compile``
-    wrapped in place (``layers[i] = torch.compile(layer)``, torchtitan's way) under its own path, not
-    the wrapper's ``_orig_mod``, and the wrapper left out. Without it a module compiled so would be
-    named ``layers.0._orig_mod``, and its class would read ``OptimizedModule``."""
-    from torch._dynamo.eval_frame import OptimizedModule
-
+    first) as the model's author names them: a module that ``torch.compile`` or activation
+    checkpointing wrapped in place (``layers[i] = torch.compile(layer)``, torchtitan's way;
+    ``checkpoint_wrapper(layer)``) under its own path, not the wrapper's ``_orig_mod`` or
+    ``_checkpoint_wrapped_module``, and the wrapper left out. Without it a module wrapped so would be
+    named ``layers.0._orig_mod``, and its class would read ``OptimizedModule``; a model with
+    activation checkpointing would not have the names of the same model without."""
+    wrappers = _wrappers()
     named = model.named_modules(remove_duplicate=not every_path)
-    return [(_unwrapped(path), module) for path, module in named if not isinstance(module, OptimizedModule)]
+    return [(_unwrapped(path), module) for path, module in named if not isinstance(module, wrappers)]
 
 
 def model_tensors(model: Any) -> list[tuple[str, Any]]:
@@ -150,6 +176,8 @@ def node_origin(node: Any, phase: str, static: bool = False) -> Origin:
     stack, markers = split_markers(stack or {})
     for key, value in stack.items():
         source, cls = value[0], value[1]
+        if _is_wrapper(cls):  # its module's call is the one recorded inside it
+            continue
         name = cls if isinstance(cls, str) else getattr(cls, "__name__", str(cls))
         modules.append((str(key), module_path(str(source)), name.rsplit(".", 1)[-1]))
     target = getattr(node, "target", None)
