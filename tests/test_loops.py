@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import warnings
 import weakref
 
@@ -466,6 +467,57 @@ def test_checkpoint_wrapper_keeps_the_names_of_the_model_without_it(nvtx_capture
     assert not [str(w.message) for w in caught if issubclass(w.category, nvtx_regions.NvtxRegionsWarning)]
     assert "blocks.0._checkpoint_wrapped_module" not in str(nvtx_regions.explain(compiled))
     torch._dynamo.reset()
+
+
+FULLY_SHARDED = """
+import json, os, socket, sys, warnings
+with socket.socket() as probe:
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1")
+import torch, torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+import nvtx_regions
+from nvtx_regions.testing import attach, capture
+from test_loops import Net
+attach()
+dist.init_process_group("gloo")
+model = Net()
+for block in model.blocks:
+    fully_shard(block)
+fully_shard(model)
+classes = sorted({type(module).__name__ for module in model.modules()})
+seen = []
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    annotation = nvtx_regions.annotate(model, sys.argv[1])
+    for _ in range(2):
+        with capture() as events:
+            model(torch.randn(2, 8)).sum().backward()
+        seen.append([e.message for e in events if e.kind == "push" and e.domain == "nvtx_regions"])
+ours = [str(w.message) for w in caught if issubclass(w.category, nvtx_regions.NvtxRegionsWarning)]
+print(json.dumps({"classes": classes, "seen": seen, "warnings": ours}))
+dist.destroy_process_group()
+"""
+
+
+def test_fully_shard_keeps_the_class_names_of_the_model_without_it():
+    """FSDP2's fully_shard gives each module it shards a class of its own (``FSDPBlock``): ``class
+    <Block>`` still selects it, and the root keeps its name (before: nothing selected, the nearest
+    name FSDPBlock). One process, gloo, world size 1."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tests = Path(__file__).resolve().parent
+    done = subprocess.run([sys.executable, "-c", FULLY_SHARDED, "each class <Block>\neach class <Net>"], cwd=tests,
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": f"{tests.parent}{os.pathsep}{tests}"})  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert {"FSDPNet", "FSDPBlock"} <= set(result["classes"])  # what fully_shard made of them
+    expected = ["Net", "blocks.0", "blocks.1", "Net (backward)", "blocks.1 (backward)", "blocks.0 (backward)"]
+    assert result["seen"] == [expected] * 2 and result["warnings"] == [], result
 
 
 @pytest.mark.parametrize("reentrant", [False, True], ids=["non-reentrant", "reentrant"])

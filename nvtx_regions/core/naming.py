@@ -41,6 +41,19 @@ def in_domain(domain: str | None, wanted: Any) -> bool:
 BACKWARD_SUFFIX = " (backward)"
 
 
+def class_name(cls: Any) -> str:
+    """The name a module's class has in ranges and in ``class <...>``: the user's class. FSDP2's
+    ``fully_shard`` gives each module it shards a class of its own, ``FSDP<Name>``, made from
+    ``FSDPModule`` and the module's class (torch 2.8, 2.11 and 2.14.1): named after the latter, a model
+    with FSDP has the names of the same model without it."""
+    name = getattr(cls, "__name__", None) or str(cls)
+    if name.startswith("FSDP"):
+        for base in getattr(cls, "__bases__", ()):
+            if name == "FSDP" + base.__name__:
+                return base.__name__
+    return name
+
+
 def module_call_name(path: str, cls: str) -> str:
     """A module call's range message in the forward pass: its path, or its class name for the root module."""
     return path or cls

@@ -70,7 +70,7 @@ from typing import Any
 
 from ..core.errors import NvtxRegionsWarning
 from ..core.handle import HANDLE, SpecHandle
-from ..core.naming import DEFAULT_DOMAIN, module_call_name, range_message
+from ..core.naming import DEFAULT_DOMAIN, class_name, module_call_name, range_message
 from ..core.profiling import DEFAULT_SELECT
 from ..language.parse import given_spec, spec_from_arguments
 from ..selection.compile import CompiledSpec, EachMarkerRule, compile_spec
@@ -130,7 +130,7 @@ class EagerAnnotation(SpecHandle):
         """(pass, message) of every range a step emits per module call, in module order."""
         out = []
         for target in self._targets:
-            name = module_call_name(target.path, type(target.module()).__name__)
+            name = module_call_name(target.path, class_name(type(target.module())))
             out += [("forward", range_message(name, "forward"))] * len(target.forward)
             out += [("backward", range_message(name, "backward"))] * len(target.backward)
         return out

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from ..core.calls import Chain, ModuleCall
-from ..core.naming import module_call_name
+from ..core.naming import class_name, module_call_name
 from ..internals.inductor_origins import model_modules
 from ..selection.view import ChainView, Phase
 
@@ -74,7 +74,7 @@ def module_views(model: Any) -> tuple[ModuleView, ModuleView]:
     classes: dict[str, str] = {}
     chains: dict[str, Chain] = {}
     for index, (path, module) in enumerate(model_modules(model)):
-        cls = type(module).__name__
+        cls = class_name(type(module))
         classes[path] = cls
         # The nearest module above it: named_modules() lists it first (a shared
         # module's children are listed under its first path only).
@@ -86,5 +86,5 @@ def module_views(model: Any) -> tuple[ModuleView, ModuleView]:
         above = chains.get(parent, ()) if path else ()
         chains[path] = chain = (*above, ModuleCall(path, cls, index))
         ops.append(ModuleOp(index, module_call_name(path, cls), chain, module))
-    name = type(model).__name__
+    name = class_name(type(model))
     return ModuleView(ops, "forward", name, classes), ModuleView(ops, "backward", name, classes)

@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.handle import SpecHandle
 from ..core.errors import NvtxRegionsWarning, SelectorError
-from ..core.naming import DEFAULT_DOMAIN
+from ..core.naming import DEFAULT_DOMAIN, class_name
 from ..core.profiling import DEFAULT_SELECT
 from ..internals import compiled_markers, dynamo, marker_nodes
 from ..internals import inductor as internals
@@ -383,7 +383,7 @@ class NvtxInductor(SpecHandle):
         if root is not None and model is not None:
             modules = dict(internals.model_modules(model))
             candidates = same_class(modules, root)
-            frame = FrameRoot(root, type(modules[root]).__name__ if candidates else "?", candidates)
+            frame = FrameRoot(root, class_name(type(modules[root])) if candidates else "?", candidates)
         views = [view] if frame is None else self._views(view, frame)
         if phase == "forward":
             self._around_no_kernel(number, view)

@@ -32,6 +32,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from ..core.naming import class_name
 from ..internals.inductor import called_module, graph_module_stacks, model_modules, model_tensors, module_paths
 
 __all__ = ["FrameRoot", "Models", "frame_root", "same_class", "structure"]
@@ -122,7 +123,7 @@ def _aliases(model: Any) -> dict[str, tuple[str, ...]]:
 def structure(model: Any) -> str:
     """`model`'s module paths and classes, one ``path:Class`` a line: what two models must share to
     share compiled code and names."""
-    return "\n".join(f"{p}:{type(m).__name__}" for p, m in model_modules(model))
+    return "\n".join(f"{p}:{class_name(type(m))}" for p, m in model_modules(model))
 
 
 def same_class(modules: dict[str, Any], root: str) -> tuple[str, ...]:
@@ -161,13 +162,13 @@ def frame_root(gm: Any, example_inputs: Sequence[Any], models: Models) -> FrameR
     cls = type(modules[root])
     candidates = same_class(modules, root)
     if candidates == (root,):
-        return FrameRoot(root, cls.__name__, candidates)
+        return FrameRoot(root, class_name(cls), candidates)
     for index, example in enumerate(example_inputs):
         name = models.tensors.get(id(example))
         if name is None or not name.startswith(root + "."):
             continue
-        return FrameRoot(root, cls.__name__, candidates, index, name[len(root) + 1 :], models.tensors)
+        return FrameRoot(root, class_name(cls), candidates, index, name[len(root) + 1 :], models.tensors)
     return FrameRoot(
-        root, cls.__name__, candidates,
-        why_not=f"the graph takes no parameter or buffer of {root!r} that would say which {cls.__name__} runs it",
+        root, class_name(cls), candidates,
+        why_not=f"the graph takes no parameter or buffer of {root!r} that would say which {class_name(cls)} runs it",
     )  # fmt: skip

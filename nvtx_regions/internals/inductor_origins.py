@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.markers import Marker
+from ..core.naming import class_name
 from .marker_nodes import is_marker_entry, split_markers
 
 __all__ = ["Origin", "graph_module_stacks", "module_digest", "module_path", "module_paths", "called_module", "node_origin", "static_nodes"]
@@ -178,7 +179,7 @@ def node_origin(node: Any, phase: str, static: bool = False) -> Origin:
         source, cls = value[0], value[1]
         if _is_wrapper(cls):  # its module's call is the one recorded inside it
             continue
-        name = cls if isinstance(cls, str) else getattr(cls, "__name__", str(cls))
+        name = cls if isinstance(cls, str) else class_name(cls)
         modules.append((str(key), module_path(str(source)), name.rsplit(".", 1)[-1]))
     target = getattr(node, "target", None)
     op = ""

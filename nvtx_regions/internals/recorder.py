@@ -21,6 +21,7 @@ import weakref
 from typing import Any
 
 from ..core.calls import Chain, ModuleCall
+from ..core.naming import class_name
 from ..core.markers import MarkerLog, MarkerStack
 
 __all__ = ["AttributedFilename", "attributed", "log_of"]
@@ -115,7 +116,7 @@ def _module_calls() -> tuple[Chain, dict[str, str]] | tuple[Chain, dict[str, str
         if path is None:  # created after the root was indexed, or not a submodule of it
             paths, classes = _paths_of(root, refresh=True)
             path = paths.get(id(module), f"{chain[-1].path + '.' if chain and chain[-1].path else ''}<{type(module).__name__}>")
-        chain.append(ModuleCall(path, type(module).__name__, _call_number(frame)))
+        chain.append(ModuleCall(path, class_name(type(module)), _call_number(frame)))
     return tuple(chain), classes
 
 
@@ -142,5 +143,5 @@ def _call_number(frame: Any) -> int:
 def _paths_of(root: Any, refresh: bool = False) -> tuple[dict[int, str], dict[str, str]]:
     if refresh or root not in _paths:
         named = list(root.named_modules())
-        _paths[root] = ({id(m): p for p, m in named}, {p: type(m).__name__ for p, m in named})
+        _paths[root] = ({id(m): p for p, m in named}, {p: class_name(type(m)) for p, m in named})
     return _paths[root]

@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from ..core.calls import Chain, ModuleCall
+from ..core.naming import class_name
 
 __all__ = ["is_thunderfx_subgraph", "fx_node_calls", "marker_break"]
 
@@ -59,7 +60,7 @@ def fx_node_calls(graph_module: Any, frame: Any) -> tuple[Chain, dict[str, str],
         path = _fx_path(str(path))
         if not path:  # dynamo's entry for the root module itself
             continue
-        name = getattr(cls, "__name__", None) or str(cls).rsplit(".", 1)[-1].strip("'>")
+        name = class_name(cls) if getattr(cls, "__name__", None) else str(cls).rsplit(".", 1)[-1].strip("'>")
         classes[path] = name
         # FX keeps no call identity; one call number per (graph module, key) is the best there is.
         chain.append(ModuleCall(path, name, hash((id(graph_module), key)) & 0x7FFFFFFF))
