@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from support.nsys import NSYS_LOCK, TIMEOUT, NsysRange, export, nsys_ranges, require_nsys, run_nsys, run_nsys_collecting
+from support.nsys import NSYS_LOCK, TIMEOUT, NsysRange, export, nsys_ranges, require_nsys, numbered_reports, run_nsys, run_nsys_collecting
 from nvtx_regions import parse
 from nvtx_regions.capture.chrome import RangeRecord, iter_items, write_chrome_trace
 from nvtx_regions.capture.summary import summarize
@@ -196,8 +196,7 @@ STEPS = "examples/profile_steps.nvtx"
 
 def collected(directory: Path, stem: str) -> list[list[NsysRange]]:
     """The ranges of each numbered report ``stem.N.nsys-rep`` in `directory`, in order of N."""
-    found = sorted(directory.glob(f"{stem}.*.nsys-rep"), key=lambda p: int(p.name.split(".")[-2]))
-    return [nsys_ranges(export(path)) for path in found]
+    return [nsys_ranges(export(path)) for path in numbered_reports([f"--output={directory / stem}"])]
 
 
 def assert_block0_collections(reports: list[list[NsysRange]]) -> None:

@@ -47,7 +47,8 @@ class FirstStep:
     """The compile step's bookkeeping of one backend's hooks (see the module doc)."""
 
     def __init__(self) -> None:
-        _keep_out_of_dynamo()
+        for function in _HOOKS_CALL:  # idempotent, and cheap: per backend, never per call
+            run_outside_dynamo(function)
         self.whole: set[Any] | None = None  # the forward functions compiled whole in its first model, once added
         # The ranges that wait: (the hooks' ranges, the thread's stack, the call's entry's index, its
         # forward ranges' attributes, its forward function, and what to forget if they are dropped).
@@ -104,13 +105,6 @@ def _push(ranges: Any, stack: Any, index: int, attributes: list[Any]) -> None:
         stack[index] = (entry[0], len(attributes), *entry[2:])
 
 
-_kept_out: list[bool] = []
-
-
-def _keep_out_of_dynamo() -> None:
-    """Dynamo never compiles what the hooks call as frames of their own (it would try each, to no graph,
-    in the compile step). Once, when the first backend is made (it imports torch)."""
-    if not _kept_out:
-        _kept_out.append(True)
-        for function in (_forward_of, _push, FirstStep.decide, FirstStep.wait, FirstStep.flush, FirstStep.resolve):
-            run_outside_dynamo(function)
+# What the hooks call, which Dynamo never compiles as frames of their own: it would try each, to no
+# graph, in the compile step (`FirstStep` says so as it is made: that imports torch).
+_HOOKS_CALL = (_forward_of, _push, FirstStep.decide, FirstStep.wait, FirstStep.flush, FirstStep.resolve)

@@ -65,7 +65,7 @@ def module_path(source: str) -> str:
     """
     path = _SOURCE_ROOT.sub("", source)
     path = _ITEM.sub(lambda m: "." + m.group(1), path).replace("._modules.", ".")
-    return ".".join(part for part in path.split(".") if part and part not in ("_modules", "__dict__") and part not in _WRAPPED)
+    return _unwrapped(".".join(part for part in path.split(".") if part and part not in ("_modules", "__dict__")))
 
 
 def module_paths(model: Any) -> dict[str, str]:
@@ -179,8 +179,7 @@ def node_origin(node: Any, phase: str, static: bool = False) -> Origin:
         source, cls = value[0], value[1]
         if _is_wrapper(cls):  # its module's call is the one recorded inside it
             continue
-        name = cls if isinstance(cls, str) else class_name(cls)
-        modules.append((str(key), module_path(str(source)), name.rsplit(".", 1)[-1]))
+        modules.append((str(key), module_path(str(source)), class_name(cls).rsplit(".", 1)[-1]))
     target = getattr(node, "target", None)
     op = ""
     if getattr(node, "op", None) == "call_function":

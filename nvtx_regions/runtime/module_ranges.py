@@ -123,7 +123,8 @@ class ModuleRanges:
     """The hooks of one owner (an annotation, a backend) on the modules it gives ranges (see the module doc)."""
 
     def __init__(self, domain: Domain, *, on_traced: Callable[[], Any] = _nothing) -> None:
-        _keep_out_of_dynamo()
+        for function in _HOOKS_CALL:  # idempotent, and cheap: per front end, never per call
+            run_outside_dynamo(function)
         self.domain = domain
         self.ranges = HookRanges(calls_of(domain))
         self.targets: dict[int, HookTarget] = {}  # id of a module -> its target
@@ -164,10 +165,6 @@ class ModuleRanges:
         """Take the hooks off the module of id `key` (its target stays: `hook` puts them back)."""
         for handle in self._handles.pop(key, ()):
             handle.remove()
-
-    def hooked(self) -> list[int]:
-        """The ids of the modules that carry the hooks now."""
-        return list(self._handles)
 
     def forget(self, key: int) -> None:
         """Take the hooks off the module of id `key` and drop its target."""
@@ -310,14 +307,7 @@ def _open(entries: list[tuple[int, Any, Any]]) -> list[Any]:
     return opened
 
 
-_kept_out: list[bool] = []
-
-
-def _keep_out_of_dynamo() -> None:
-    """Dynamo never compiles what the hooks call as frames of their own: it would try each, to no
-    graph, in the step that compiles. Once, when the first front end is made (it imports torch)."""
-    if not _kept_out:
-        _kept_out.append(True)
-        for function in (*BACKWARD_HOOK_FUNCTIONS, BackwardCall.__init__, BackwardCall.outputs_ready, ModuleRanges._pre,
-                         ModuleRanges.recover_at_root, _open):  # fmt: skip
-            run_outside_dynamo(function)
+# What the hooks call, which Dynamo never compiles as frames of their own: it would try each, to no
+# graph, in the step that compiles (`ModuleRanges` says so as it is made: that imports torch).
+_HOOKS_CALL = (*BACKWARD_HOOK_FUNCTIONS, BackwardCall.__init__, BackwardCall.outputs_ready, ModuleRanges._pre,
+               ModuleRanges.recover_at_root, _open)  # fmt: skip
