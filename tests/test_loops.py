@@ -96,6 +96,26 @@ def test_many_models_of_one_class_compile_once_and_each_gets_its_ranges(nvtx_cap
     torch._dynamo.reset()
 
 
+def test_a_model_the_backend_was_not_given_gets_no_range_inside_its_blocks_and_a_warning(nvtx_capture):
+    """A backend object passed to a plain torch.compile of a second model: Dynamo runs the first model's
+    graphs for it, and no instance of it is known, so no wrong name: no range from those graphs, and a
+    warning that says how to give the model to the backend."""
+    from nvtx_regions.inductor import NvtxInductor
+
+    torch._dynamo.reset()
+    given, other = Net(graph_break=True), Net(graph_break=True)
+    backend = NvtxInductor("each module <blocks.*.fc>", model=given)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _step(torch.compile(given, backend=backend))
+        with nvtx_capture() as events:
+            _step(torch.compile(other, backend=backend))
+    assert _ranges(events) == []
+    ours = [str(w.message) for w in caught if "of none of the models this backend was given" in str(w.message)]
+    assert len(ours) == 1 and "NvtxInductor(model=...), adopt()" in ours[0], "\n".join(ours)
+    torch._dynamo.reset()
+
+
 @pytest.mark.slow
 def test_generate_gives_each_layer_its_range_per_token_as_eager_does(nvtx_capture):
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -482,7 +502,8 @@ from nvtx_regions.testing import attach, capture
 from test_loops import Net
 attach()
 dist.init_process_group("gloo")
-model = Net()
+spec, backend, graph_break = sys.argv[1], sys.argv[2], sys.argv[3] == "graph-break"
+model = Net(graph_break)
 for block in model.blocks:
     fully_shard(block)
 fully_shard(model)
@@ -490,8 +511,11 @@ classes = sorted({type(module).__name__ for module in model.modules()})
 seen = []
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    annotation = nvtx_regions.annotate(model, sys.argv[1])
-    for _ in range(2):
+    if backend == "eager":
+        annotation = nvtx_regions.annotate(model, spec)
+    else:
+        model = nvtx_regions.compile(model, spec, backend=backend)
+    for _ in range(3):
         with capture() as events:
             model(torch.randn(2, 8)).sum().backward()
         seen.append([e.message for e in events if e.kind == "push" and e.domain == "nvtx_regions"])
@@ -501,23 +525,42 @@ dist.destroy_process_group()
 """
 
 
-def test_fully_shard_keeps_the_class_names_of_the_model_without_it():
-    """FSDP2's fully_shard gives each module it shards a class of its own (``FSDPBlock``): ``class
-    <Block>`` still selects it, and the root keeps its name (before: nothing selected, the nearest
-    name FSDPBlock). One process, gloo, world size 1."""
+def _fully_sharded(spec: str, backend: str, graph_break: str) -> dict:
+    """`FULLY_SHARDED`'s result: one process, gloo, world size 1."""
     import json
     import subprocess
     import sys
     from pathlib import Path
 
     tests = Path(__file__).resolve().parent
-    done = subprocess.run([sys.executable, "-c", FULLY_SHARDED, "each class <Block>\neach class <Net>"], cwd=tests,
+    done = subprocess.run([sys.executable, "-c", FULLY_SHARDED, spec, backend, graph_break], cwd=tests,
                           capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": f"{tests.parent}{os.pathsep}{tests}"})  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_fully_shard_keeps_the_class_names_of_the_model_without_it():
+    """FSDP2's fully_shard gives each module it shards a class of its own (``FSDPBlock``): ``class
+    <Block>`` still selects it, and the root keeps its name (before: nothing selected, the nearest
+    name FSDPBlock)."""
+    result = _fully_sharded("each class <Block>\neach class <Net>", "eager", "whole")
     assert {"FSDPNet", "FSDPBlock"} <= set(result["classes"])  # what fully_shard made of them
     expected = ["Net", "blocks.0", "blocks.1", "Net (backward)", "blocks.1 (backward)", "blocks.0 (backward)"]
-    assert result["seen"] == [expected] * 2 and result["warnings"] == [], result
+    assert result["seen"] == [expected] * 3 and result["warnings"] == [], result
+
+
+@pytest.mark.parametrize("graph_break", ["whole", "graph-break"])
+def test_fully_shard_under_inductor_names_every_call_as_eager_does(graph_break):
+    """FSDP2's hooks break the graph inside each sharded block, so Dynamo compiles a block's code on its
+    own, and gathers its parameters into tensors of their own for each call: the instance a graph runs
+    for is found by the tensors the block holds at that moment (before: no range inside a block, and a
+    warning), in every step, the compiling one too. Compared with eager, range by range."""
+    spec = "each class <Block>\neach module <**.fc>"
+    expected = _fully_sharded(spec, "eager", graph_break)["seen"][0]
+    assert expected == ["blocks.0", "blocks.0.fc", "blocks.1", "blocks.1.fc", "blocks.1 (backward)",
+                        "blocks.1.fc (backward)", "blocks.0 (backward)", "blocks.0.fc (backward)"]  # fmt: skip
+    result = _fully_sharded(spec, "inductor", graph_break)
+    assert result["seen"] == [expected] * 3 and result["warnings"] == [], result
 
 
 @pytest.mark.parametrize("reentrant", [False, True], ids=["non-reentrant", "reentrant"])

@@ -270,10 +270,10 @@ class NvtxInductor(SpecHandle):
         instance = frame.instance(args)
         if instance is None:
             self._say(
-                f"unknown:{frame.root}",
-                f"{self!r}: a graph of {frame.cls}.forward (compiled on its own) ran with a "
-                f"parameter that belongs to no {frame.cls} of the compiled model (replaced after compiling?), so "
-                "its calls get no NVTX range: compile the model again after changing its parameters",
+                f"unknown:{frame.cls}",
+                f"{self!r}: a graph of {frame.cls}.forward (compiled on its own) ran for a {frame.cls} of none of "
+                "the models this backend was given, so its calls get no NVTX range: compile each model with "
+                "nvtx_regions.compile, or give it to the backend (NvtxInductor(model=...), adopt())",
             )
         waiting = pending_instance()
         set_instance(instance)

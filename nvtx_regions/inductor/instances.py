@@ -16,9 +16,12 @@ Promises:
   class with, is named as compiled (`FrameRoot.fixed`).
 - Otherwise the instance is found per call, by identity: a parameter or buffer
   of the root that the graph takes as an input is looked up among the
-  candidates' own (`FrameRoot.instance`). A call whose tensor belongs to no
-  candidate gets no range (never a wrong name), and so does every call of a
-  graph that takes no parameter or buffer of its root (`FrameRoot.why_not`).
+  candidates' own (`FrameRoot.instance`), as each holds it at that moment: a
+  tensor put in place after the model was compiled (FSDP2 gathers a sharded
+  module's parameters into tensors of their own for its call) names its
+  module too. A call whose tensor belongs to no candidate gets no range (never
+  a wrong name), and so does every call of a graph that takes no parameter or
+  buffer of its root (`FrameRoot.why_not`).
 - The backward of a call is named after the instance its forward ran for
   (`runtime.ranges.set_instance`, through the autograd node of the call,
   `internals.dynamo.on_backward`).
@@ -29,7 +32,7 @@ Promises:
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ..core.naming import class_name
@@ -45,6 +48,8 @@ class Models:
 
     def __init__(self) -> None:
         self._models: weakref.WeakSet[Any] = weakref.WeakSet()
+        # Per model: its modules by path, weakly (`owner`).
+        self._modules: weakref.WeakKeyDictionary[Any, weakref.WeakValueDictionary[str, Any]] = weakref.WeakKeyDictionary()
         self.paths: dict[str, str] = {}  # Dynamo's module key -> path (`internals.inductor.module_paths`)
         self.aliases: dict[str, tuple[str, ...]] = {}  # Dynamo's module key -> every path of a shared module
         self.tensors: dict[int, str] = {}  # id of a parameter or buffer -> its name in its model
@@ -53,6 +58,7 @@ class Models:
         if model in self._models:
             return
         self._models.add(model)
+        self._modules[model] = weakref.WeakValueDictionary(model_modules(model))
         paths, tensors, aliases = _names(model)
         self.paths.update(paths)
         self.tensors.update(tensors)
@@ -76,6 +82,23 @@ class Models:
         """A model alive (they share one structure), or None."""
         return next(iter(self._models), None)
 
+    def owner(self, tensor: Any, own: str, candidates: tuple[str, ...]) -> str | None:
+        """The path of the module of `candidates` (in whichever model) whose `own` (``fc.weight``) is
+        `tensor` now, or None: for a tensor put in place since the model was added (FSDP2's)."""
+        for modules in list(self._modules.values()):
+            for path in candidates:
+                module = modules.get(path)
+                if module is not None and _attribute(module, own) is tensor:
+                    return path
+        return None
+
+
+def _attribute(module: Any, dotted: str) -> Any:
+    """``module.a.b`` for ``"a.b"`` (a wrapper's attributes reach what it wraps), or None."""
+    for part in dotted.split("."):
+        module = getattr(module, part, None)
+    return module
+
 
 def _names(model: Any) -> tuple[dict[str, str], dict[int, str], dict[str, tuple[str, ...]]]:
     """`model`'s module paths and shared modules' paths by Dynamo's module key, and its parameters'
@@ -92,7 +115,7 @@ class FrameRoot:
     candidates: tuple[str, ...]  # every module of the model of that class (root among them)
     input_index: int | None = None  # the graph input that says which instance runs (a parameter or buffer)
     own: str = ""  # that input's name in the root module
-    tensors: dict[int, str] = field(default_factory=dict)  # `Models.tensors`, alive
+    models: Models | None = None  # the models alive, that name the tensors
     why_not: str | None = None  # why no call can be named, when so
 
     @property
@@ -103,13 +126,15 @@ class FrameRoot:
     def instance(self, args: Sequence[Any]) -> str | None:
         """The candidate a call with graph inputs `args` runs for (in whichever model it is); None if
         none is known."""
-        if self.input_index is None:
+        if self.input_index is None or self.models is None:
             return None
-        name = self.tensors.get(id(args[self.input_index]))
-        if name is None or not name.endswith("." + self.own):
-            return None
-        candidate = name[: -len(self.own) - 1]
-        return candidate if candidate in self.candidates else None
+        tensor = args[self.input_index]
+        name = self.models.tensors.get(id(tensor))
+        if name is not None and name.endswith("." + self.own):
+            candidate = name[: -len(self.own) - 1]
+            if candidate in self.candidates:
+                return candidate
+        return self.models.owner(tensor, self.own, self.candidates)
 
 
 def _aliases(model: Any) -> dict[str, tuple[str, ...]]:
@@ -163,11 +188,11 @@ def frame_root(gm: Any, example_inputs: Sequence[Any], models: Models) -> FrameR
     candidates = same_class(modules, root)
     if candidates == (root,):
         return FrameRoot(root, class_name(cls), candidates)
+    # The root's tensors as it holds them now (FSDP2 puts gathered ones in place for its call).
+    own = {id(t): name for name, t in model_tensors(modules[root])}
     for index, example in enumerate(example_inputs):
-        name = models.tensors.get(id(example))
-        if name is None or not name.startswith(root + "."):
-            continue
-        return FrameRoot(root, class_name(cls), candidates, index, name[len(root) + 1 :], models.tensors)
+        if id(example) in own:
+            return FrameRoot(root, class_name(cls), candidates, index, own[id(example)], models)
     return FrameRoot(
         root, class_name(cls), candidates,
         why_not=f"the graph takes no parameter or buffer of {root!r} that would say which {class_name(cls)} runs it",
