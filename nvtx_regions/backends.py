@@ -15,7 +15,7 @@
   (lightning-thunder is an optional dependency: ``pip install 'nvtx_regions[thunder]'``);
 - ``"inductor"``: ``torch.compile(model, backend=NvtxInductor(...))``.
 
-On every backend what it returns carries the spec's handle (`core.handle.SpecHandle`: the
+On every backend what it returns carries the spec's handle (`runtime.handle.SpecHandle`: the
 annotation, the transform, the backend) as ``nvtx_regions_backend``: ``.explain()`` on it, or
 `nvtx_regions.explain` on what was returned, says what each rule selected.
 
@@ -36,7 +36,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .core.handle import HANDLE
+from .runtime.handle import HANDLE
 from .core.naming import DEFAULT_DOMAIN
 from .core.profiling import BACKENDS, DEFAULT_SELECT, ENV_BACKEND, ENV_SPEC, STEP_CATEGORY, step_message
 

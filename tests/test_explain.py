@@ -94,7 +94,7 @@ def test_what_compile_returns_carries_one_handle_on_every_backend(backend, monke
     import torch
 
     import nvtx_regions
-    from nvtx_regions.core.handle import SpecHandle
+    from nvtx_regions.runtime.handle import SpecHandle
 
     monkeypatch.delenv("NVTX_REGIONS_BACKEND", raising=False)
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))

@@ -69,7 +69,7 @@ import warnings
 from typing import Any
 
 from ..core.errors import NvtxRegionsWarning
-from ..core.handle import HANDLE, SpecHandle
+from ..runtime.handle import HANDLE, SpecHandle
 from ..core.naming import DEFAULT_DOMAIN, class_name, module_call_name, range_message
 from ..core.profiling import DEFAULT_SELECT
 from ..language.parse import given_spec, spec_from_arguments

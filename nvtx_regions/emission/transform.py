@@ -33,7 +33,7 @@ from ..attribution.recording import install_module_recorder
 from ..attribution.traceview import TraceView, one_line
 from ..core.calls import chain_message
 from ..core.errors import NotRunYetError, NvtxRegionsWarning, SelectorError
-from ..core.handle import SpecHandle
+from ..runtime.handle import SpecHandle
 from ..core.naming import DEFAULT_DOMAIN
 from ..language.parse import given_spec, spec_from_arguments
 from ..language.tree import Spec, render

@@ -55,7 +55,7 @@ import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..core.handle import SpecHandle
+from ..runtime.handle import SpecHandle
 from ..core.errors import NvtxRegionsWarning, SelectorError
 from ..core.naming import DEFAULT_DOMAIN, class_name
 from ..core.profiling import DEFAULT_SELECT

@@ -18,7 +18,7 @@ import os
 from typing import Any
 
 from ..core.errors import SelectorError
-from ..core.handle import handle_of
+from ..runtime.handle import handle_of
 from ..internals.versions import require_thunder
 from ..language.parse import spec_from_arguments
 from ..selection.explanation import Explanation, Program, RuleInTrace
@@ -36,7 +36,7 @@ def explain(
     """Explain what a spec selects in what `target` compiled.
 
     `target` is what ``nvtx_regions.compile`` returned on any backend, or its handle
-    (`core.handle.SpecHandle`: an eager annotation, an `NvtxInductor`, an
+    (`runtime.handle.SpecHandle`: an eager annotation, an `NvtxInductor`, an
     `NvtxProfileTransform`): eager explains the model's module tree, Inductor the graphs it
     placed ranges in (in this process), thunder the last forward and backward traces. A
     ``thunder.jit`` function or module that has run and a list of thunder traces (forward
