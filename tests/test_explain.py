@@ -104,6 +104,10 @@ def test_what_compile_returns_carries_one_handle_on_every_backend(backend, monke
     handle = result.nvtx_regions_backend
     assert isinstance(handle, SpecHandle)
     assert type(handle).__name__ == {"eager": "EagerAnnotation", "thunder": "NvtxProfileTransform", "inductor": "NvtxInductor"}[backend]
+    # What every handle holds (`SpecHandle.hold`): its spec, domain and sinks, strictness and tally.
+    assert (handle.domain.name, handle.domain.sinks, handle.strict) == ("nvtx_regions", ("nvtx",), False)
+    assert handle.compiled.backend == backend and handle.tally.spec is handle.compiled
+    assert handle.tally.ranges[0] > 0  # the rule's ranges, counted in what the backend placed
     text = str(handle.explain())
     assert text == str(explain(result)) == str(explain(handle))
     assert "rule 'each class <Linear>' (<select>:1): one range per module call" in text

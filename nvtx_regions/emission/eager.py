@@ -77,7 +77,6 @@ from ..selection.compile import CompiledSpec, EachMarkerRule, compile_spec
 from ..selection.explanation import Explanation, explain_views
 from ..selection.plan import make_plan
 from ..selection.support import report_unsupported, restrict
-from ..selection.unselected import RuleTally
 from .eager_view import module_views
 from ..internals.compiled_markers import keeps_markers
 from ..internals.dynamo import called_while_traced, run_outside_dynamo, traced_self
@@ -103,9 +102,7 @@ class EagerAnnotation(SpecHandle):
         self, model: Any, compiled: CompiledSpec, domain: str | None, *, strict: bool = False, sinks: tuple[str, ...] = NVTX_ONLY
     ) -> None:
         self.model = model
-        self.compiled = restrict(compiled, "eager")
-        self.domain_name = domain
-        self.domain = Domain(domain, sinks)
+        self.hold(restrict(compiled, "eager"), Domain(domain, sinks), strict=strict)
         watch_step_gates(self.compiled.rules)
         self._traced = self._traced_hook()
         self._front = ModuleRanges(self.domain, on_traced=self._traced)
@@ -117,7 +114,7 @@ class EagerAnnotation(SpecHandle):
             previous.remove()
         try:
             self._install()
-            self._report_unselected(strict)
+            self._report_unselected()
         except BaseException:
             self.remove()
             raise
@@ -220,13 +217,12 @@ class EagerAnnotation(SpecHandle):
             stacklevel=2,
         )
 
-    def _report_unselected(self, strict: bool) -> None:
+    def _report_unselected(self) -> None:
         """Warn (with `strict`, raise `SelectorError`) for each rule that selected no module call, as
-        every backend does (`RuleTally`); `each marker` rules add nothing in eager, by design."""
-        tally = RuleTally(self.compiled)
+        every backend does (`say_unselected`); `each marker` rules add nothing in eager, by design."""
         for view, plan in zip(self.views, self._plans):
-            tally.add(plan, view)
-        tally.report(strict=strict, where=f"the module calls of this {type(self.model).__name__}", skip=(EachMarkerRule,), stacklevel=4)
+            self.tally.add(plan, view)
+        self.say_unselected(f"the module calls of this {type(self.model).__name__}", skip=(EachMarkerRule,), stacklevel=4)
 
     # -- the root's hook ------------------------------------------------------
 

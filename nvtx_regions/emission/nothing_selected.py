@@ -11,33 +11,32 @@ at exit for traces seen since (`at_exit`, from the transform's report at exit).
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 from ..internals.frames import backward_follows
 from ..internals.thunderfx import is_thunderfx_subgraph
 from ..attribution.traceview import TraceView
 from ..core.errors import SelectorError
-from ..selection.compile import CompiledSpec
 from ..selection.plan import Plan
 from ..selection.unselected import RuleTally
 
 __all__ = ["NothingSelectedCheck", "VIEWS_KEPT"]
 
-# Memory stays bounded however often thunder recompiles: the views of the
-# latest ThunderFX subgraphs are kept for the hints of check(); counts of
-# ranges cover every trace.
+# Memory stays bounded however often thunder recompiles: the tally keeps the
+# views of the latest traces for the hints of check(); its counts of ranges
+# cover every trace.
 VIEWS_KEPT = 32
 
 
 class NothingSelectedCheck:
-    """The "selected nothing" bookkeeping of one transform: ranges per rule over every trace seen."""
+    """When one transform (`handle`) says which rules selected nothing; its tally (the handle's,
+    `SpecHandle.tally`) counts the ranges per rule of every trace seen."""
 
-    def __init__(self, compiled: CompiledSpec, *, strict: bool) -> None:
-        self.compiled = compiled
-        self.strict = strict
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
         self.traces_seen = 0
-        self._ranges_seen = [0] * len(compiled.rules)
         self._compilation: RuleTally | None = None  # a forward waiting for its backward
-        self._subgraphs: RuleTally | None = None
+        self._subgraphs_seen = False
         self._checked_at = 0  # how many traces `check()` last covered
 
     def add(self, view: TraceView, plan: Plan, *, augmented_forward: bool) -> None:
@@ -47,36 +46,35 @@ class NothingSelectedCheck:
         saving values for a backward.
         """
         self.traces_seen += 1
-        self._ranges_seen = [a + b for a, b in zip(self._ranges_seen, plan.ranges_per_rule)]
+        tally, strict = self.handle.tally, self.handle.strict
+        tally.add(plan, view)
+        # Views only feed the nearest-name hints; the latest ones are enough.
+        del tally.views[:-VIEWS_KEPT]
         if is_thunderfx_subgraph():
-            if self._subgraphs is None:
-                self._subgraphs = RuleTally(self.compiled)
-            self._subgraphs.add(plan, view)
-            # Views only feed the nearest-name hints; the latest ones are enough.
-            del self._subgraphs.views[:-VIEWS_KEPT]
+            self._subgraphs_seen = True
             return
         if view.phase == "backward":
-            tally = self._compilation or RuleTally(self.compiled)
+            compilation = self._compilation or RuleTally(tally.spec)
             self._compilation = None
-            tally.add(plan, view)
-            tally.report(strict=self.strict, where="the forward and backward traces of this compilation")
+            compilation.add(plan, view)
+            compilation.report(strict=strict, where="the forward and backward traces of this compilation")
             return
         if self._compilation is not None:
             # The previous forward's backward never came.
             pending, self._compilation = self._compilation, None
-            pending.report(strict=self.strict, where="the forward trace of the previous compilation")
-        tally = RuleTally(self.compiled)
-        tally.add(plan, view)
+            pending.report(strict=strict, where="the forward trace of the previous compilation")
+        compilation = RuleTally(tally.spec)
+        compilation.add(plan, view)
         if augmented_forward and backward_follows():
-            self._compilation = tally
+            self._compilation = compilation
         else:
-            tally.report(strict=self.strict, where="the forward trace of this compilation")
+            compilation.report(strict=strict, where="the forward trace of this compilation")
 
     def at_exit(self) -> None:
         """At exit, under ThunderFX (which gives no "all subgraphs compiled" moment): `check()` the
         traces seen since it last ran, rather than never; an error of ``strict`` is printed, as nothing
         can catch it then."""
-        if self._subgraphs is None or self.traces_seen <= self._checked_at:
+        if not self._subgraphs_seen or self.traces_seen <= self._checked_at:
             return
         try:
             self.check()
@@ -88,8 +86,4 @@ class NothingSelectedCheck:
         if not self.traces_seen:
             raise SelectorError("check(): this transform has not seen a trace yet; call the compiled function first")
         self._checked_at = self.traces_seen
-        tally = RuleTally(self.compiled)
-        tally.ranges = list(self._ranges_seen)
-        if self._subgraphs is not None:
-            tally.views = list(self._subgraphs.views)
-        tally.report(strict=self.strict, where=f"any of the {self.traces_seen} traces seen")
+        self.handle.say_unselected(f"any of the {self.traces_seen} traces seen", once=False, stacklevel=3)

@@ -37,7 +37,7 @@ from ..runtime.handle import SpecHandle
 from ..core.naming import DEFAULT_DOMAIN
 from ..language.parse import given_spec, spec_from_arguments
 from ..language.tree import Spec, render
-from ..selection.compile import CompiledSpec, compile_spec
+from ..selection.compile import compile_spec
 from ..selection.explanation import Explanation, explain_views
 from ..selection.plan import Plan, make_plan
 from ..selection.support import restrict
@@ -141,17 +141,16 @@ class NvtxProfileTransform(Transform, SpecHandle):
         # which starts after this (or after unpickling): record them from now on.
         install_module_recorder()
         self.spec: Spec = spec
-        self.compiled: CompiledSpec = restrict(compile_spec(spec), "thunder")
+        self.hold(restrict(compile_spec(spec), "thunder"), Domain(self.domain_name, self.sinks), strict=self.strict)
         watch_step_gates(self.compiled.rules)
         text = render(self.spec).replace("\n", "; ")
         if len(text) > 200:
             text = text[:200] + f"... ({len(self.spec.rules)} rules)"
         self._summary = json.dumps(text, ensure_ascii=False)  # for provenance
-        self.domain = Domain(self.domain_name, self.sinks)
         self._marker_domains: dict[str | None, Domain] = {}  # the users' own domains of `each marker` ranges
-        # The latest REPORTS_KEPT traces; check() counts every trace seen, in _ranges_seen.
+        # The latest REPORTS_KEPT traces; the tally (`hold`) counts every trace seen.
         self.reports: collections.deque[TraceReport] = collections.deque(maxlen=REPORTS_KEPT)
-        self._nothing_selected = NothingSelectedCheck(self.compiled, strict=self.strict)
+        self._nothing_selected = NothingSelectedCheck(self)
         self._last_forward: TraceView | None = None
         self._copied = False  # set when this configuration is copied or pickled
         self._runtimes: weakref.WeakSet[GeneratedRanges] = weakref.WeakSet()  # of the traces annotated
@@ -166,8 +165,6 @@ class NvtxProfileTransform(Transform, SpecHandle):
     @strict.setter
     def strict(self, value: bool) -> None:
         self._strict = bool(value)
-        if "_nothing_selected" in self.__dict__:
-            self._nothing_selected.strict = self._strict
 
     # -- copies are configuration ---------------------------------------------
 

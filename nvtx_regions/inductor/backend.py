@@ -68,7 +68,6 @@ from ..runtime.clock import watch_step_gates
 from ..runtime.domain import Domain
 from ..language.tree import render
 from ..selection.plan import Plan, make_plan
-from ..selection.unselected import RuleTally
 from ..runtime.ranges import pending_instance, set_instance
 from ..runtime.sinks import chosen_sinks
 from .check import check_spec
@@ -129,21 +128,17 @@ class NvtxInductor(SpecHandle):
         internals.check_reaches()
         # Before Dynamo traces: the user's markers then stay in its graphs (`compiled_markers`).
         compiled_markers.install()
-        self.sinks = chosen_sinks(emit, where="NvtxInductor")
+        sinks = chosen_sinks(emit, where="NvtxInductor")
         parsed = given_spec(select, spec, default=DEFAULT_SELECT, where="NvtxInductor", strict=strict, stacklevel=2)
-        self.compiled = check_spec(parsed, strict=strict, stacklevel=2)
+        self.hold(check_spec(parsed, strict=strict, stacklevel=2), Domain(domain, sinks), strict=strict)
         watch_step_gates(self.compiled.rules)
         self.spec = parsed
-        self.domain_name = domain
-        self.domain = Domain(domain, self.sinks)  # the spec's ranges' domain and sinks, as on every backend
-        self.strict = strict
         self.options = dict(options or {})
         # The models compiled, weakly (`adopt`); their module paths name the ranges.
         self._models = Models()
         # The model's paths name the ranges too (they decide a message where the frame is a submodule's).
         self._tree = None if model is None else structure(model)
         self.graphs: list[PlacedGraph] = []
-        self._tally = RuleTally(self.compiled)
         self._calls: dict[tuple[str, str], int] = {}  # (Dynamo's module call key, its path there) -> call number
         self._graph_numbers = 0
         self._lock = threading.Lock()
@@ -318,7 +313,7 @@ class NvtxInductor(SpecHandle):
             for outside in outsides:
                 for target in outside.ran():
                     for rule in target.rules:
-                        self._tally.ranges[rule] = max(self._tally.ranges[rule], 1)
+                        self.tally.ranges[rule] = max(self.tally.ranges[rule], 1)
         self._report()
 
     def _say(self, what: str, message: str) -> None:
@@ -398,7 +393,7 @@ class NvtxInductor(SpecHandle):
             for v in views:
                 plan = make_plan(self.compiled, v, self.domain_name)
                 self.graphs.append(PlacedGraph(number, v, plan))
-                self._tally.add(plan, v)
+                self.tally.add(plan, v)
             self._unreported = True
         if views:
             self.outside.held(call.path for v in views for op in v.ops if op.chain for call in op.chain)
@@ -427,7 +422,7 @@ class NvtxInductor(SpecHandle):
 
     def _report(self) -> None:
         # At run time (`_after`), outside Dynamo's compile, which would wrap a SelectorError in its own.
-        self._tally.report(strict=self.strict, where="the graphs compiled so far", once=True)
+        self.say_unselected("the graphs compiled so far", stacklevel=3)
 
     @classmethod
     def report_at_exit(cls, handles: list[Any]) -> None:

@@ -3,11 +3,14 @@
 Each backend's object is a `SpecHandle`: `EagerAnnotation` (eager's hooks), `NvtxInductor` (a
 ``torch.compile`` backend) and `NvtxProfileTransform` (a thunder transform). What
 `nvtx_regions.compile` returns carries it as ``nvtx_regions_backend`` (`HANDLE`), which
-`nvtx_regions.explain` reads. Each one holds its spec compiled for its backend and its NVTX
-domain; its gates read the one step clock (`runtime.clock`); what a call that raises leaves open
-is closed by the one runtime of its kind (`runtime.ranges` for generated code, `runtime.hook_ranges`
-for hooks); `explain()` says what each rule selects in what the backend compiled; and `remove()`
-ends its ranges.
+`nvtx_regions.explain` reads. Each one holds (`SpecHandle.hold`) its spec compiled for its
+backend, its NVTX domain and sinks, ``strict``, and its tally: what each rule has selected in all
+that the backend placed, from which it says which rules selected nothing (`say_unselected`: when,
+is the backend's to know: eager once its hooks are on, Inductor at the end of the step that
+compiled, thunder per compilation). Its gates read the one step clock (`runtime.clock`); what a
+call that raises leaves open is closed by the one runtime of its kind (`runtime.ranges` for
+generated code, `runtime.hook_ranges` for hooks); `explain()` says what each rule selects in what
+the backend compiled; and `remove()` ends its ranges.
 
 What a handle has not said by the end of the process is said in one report at exit, for every
 backend (`report_at_exit`: one ``atexit`` hook, registered with the first handle): an Inductor
@@ -24,6 +27,10 @@ import os
 import weakref
 from typing import Any
 
+from ..selection.compile import CompiledSpec
+from ..selection.unselected import RuleTally
+from .domain import Domain
+
 __all__ = ["HANDLE", "SpecHandle", "handle_of"]
 
 HANDLE = "nvtx_regions_backend"  # the attribute of what `nvtx_regions.compile` returns that holds its handle
@@ -36,8 +43,25 @@ class SpecHandle(abc.ABC):
 
     removed = False  # set by `remove()`
 
+    def hold(self, compiled: CompiledSpec, domain: Domain, *, strict: bool) -> None:
+        """Hold what a handle holds on every backend (each calls this as it is made): `compiled`, the
+        spec compiled for the backend; `domain` (with `domain_name` and `sinks`); `strict`; and
+        `tally`, empty. Once made, the backend calls `live_until_exit`."""
+        self.compiled = compiled
+        self.domain = domain
+        self.domain_name = domain.name
+        self.sinks = domain.sinks
+        self.strict = strict
+        self.tally = RuleTally(compiled)
+
+    def say_unselected(self, where: str, *, once: bool = True, skip: tuple[type, ...] = (), stacklevel: int = 1) -> None:
+        """Warn (with `strict`, raise `SelectorError`) for each rule that `tally` says selected nothing
+        in `where` (what the backend placed, in its words); with `once`, only for the rules not said
+        before; never for rules of the classes in `skip`. `stacklevel` counts from the caller."""
+        self.tally.report(strict=self.strict, where=where, once=once, skip=skip, stacklevel=stacklevel + 1)
+
     def live_until_exit(self) -> None:
-        """Count this handle in the report at exit (each backend calls it once it is made)."""
+        """Count this handle in the report at exit (each backend calls it once the handle is made)."""
         if not _live:
             atexit.register(_report_at_exit)
         _live[:] = [ref for ref in _live if ref() is not None] + [weakref.ref(self)]

@@ -1,8 +1,9 @@
 """No silent nothing: find the rules that selected nothing, and say why.
 
-A `RuleTally` gathers the plans of some traces (one compilation: a forward
-trace and its backward, if one follows; or, under ThunderFX, every subgraph
-seen so far) and reports each rule that produced no range, naming the rule
+A `RuleTally` gathers the plans of some traces (all that a handle's backend
+placed, `runtime.handle.SpecHandle.tally`; or one thunder compilation: a
+forward trace and its backward, if one follows) and reports each rule that
+produced no range, naming the rule
 and, for names that are in none of those traces, the nearest names that are.
 Each message speaks the words of the backend the spec was compiled for
 (`CompiledSpec.backend`): one row of `WORDS` per backend.
