@@ -146,3 +146,20 @@ def test_thunderfx_subgraphs_raise_no_false_alarm_and_check_reports():
     transform.strict = True
     with pytest.raises(SelectorError, match="no_such_op"):
         transform.check()
+
+
+def test_check_on_a_plain_jit_names_the_nearest_ops_as_each_compilation_does():
+    """check() outside ThunderFX reads the transform's tally (the handle's), which keeps the views of
+    the latest traces: it says what a misspelt op is near, as the warning of each compilation does."""
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+    transform = NvtxProfileTransform("op in <linaer>")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", NvtxRegionsWarning)
+        thunder.jit(model, transforms=[transform])(torch.randn(2, 4)).sum().backward()
+    each_compilation = [str(w.message) for w in caught if issubclass(w.category, NvtxRegionsWarning)]
+    with pytest.warns(NvtxRegionsWarning) as checked:
+        transform.check()
+    (message,) = [str(w.message) for w in checked]
+    assert message.startswith("rule 'op in <linaer>' (<select>:1) selected nothing in any of the 2 traces seen; ")
+    assert "linear" in message and message.split("; ", 1)[1] == each_compilation[0].split("; ", 1)[1], (message, each_compilation)
