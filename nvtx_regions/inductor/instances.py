@@ -50,6 +50,8 @@ class Models:
         self._models: weakref.WeakSet[Any] = weakref.WeakSet()
         # Per model: its modules by path, weakly (`owner`).
         self._modules: weakref.WeakKeyDictionary[Any, weakref.WeakValueDictionary[str, Any]] = weakref.WeakKeyDictionary()
+        # What `owner` found: the tensor's id -> its module's path and the module (checked at each use).
+        self._found: dict[int, tuple[str, weakref.ref[Any]]] = {}
         self.paths: dict[str, str] = {}  # Dynamo's module key -> path (`internals.inductor.module_paths`)
         self.aliases: dict[str, tuple[str, ...]] = {}  # Dynamo's module key -> every path of a shared module
         self.tensors: dict[int, str] = {}  # id of a parameter or buffer -> its name in its model
@@ -85,12 +87,21 @@ class Models:
     def owner(self, tensor: Any, own: str, candidates: tuple[str, ...]) -> str | None:
         """The path of the module of `candidates` (in whichever model) whose `own` (``fc.weight``) is
         `tensor` now, or None: for a tensor put in place since the model was added (FSDP2's)."""
+        path, module = self._found.get(id(tensor), ("", lambda: None))
+        if path in candidates and _attribute(module(), own) is tensor:
+            return path  # found before, and still there (FSDP2 reuses its gathered tensors)
         for modules in list(self._modules.values()):
             for path in candidates:
                 module = modules.get(path)
                 if module is not None and _attribute(module, own) is tensor:
+                    if len(self._found) >= _FOUND_KEPT:
+                        self._found.clear()
+                    self._found[id(tensor)] = (path, weakref.ref(module))
                     return path
         return None
+
+
+_FOUND_KEPT = 4096  # bounds `Models._found`, for a model whose tensors are new at every call
 
 
 def _attribute(module: Any, dotted: str) -> Any:
