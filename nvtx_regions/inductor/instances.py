@@ -43,8 +43,8 @@ __all__ = ["FrameRoot", "Models", "frame_root", "same_class", "structure"]
 
 class Models:
     """The models one backend compiles (several of one structure, when `nvtx_regions.compile` shares
-    its backend), each held weakly: their module paths by Dynamo's module key, and their parameters'
-    and buffers' names by the tensor's id, for every model alive."""
+    its backend), each held weakly: their module paths by Dynamo's module key, and their modules by
+    path, for every model alive."""
 
     def __init__(self) -> None:
         self._models: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -54,30 +54,25 @@ class Models:
         self._found: dict[int, tuple[str, weakref.ref[Any]]] = {}
         self.paths: dict[str, str] = {}  # Dynamo's module key -> path (`internals.inductor.module_paths`)
         self.aliases: dict[str, tuple[str, ...]] = {}  # Dynamo's module key -> every path of a shared module
-        self.tensors: dict[int, str] = {}  # id of a parameter or buffer -> its name in its model
 
     def add(self, model: Any) -> None:
         if model in self._models:
             return
         self._models.add(model)
         self._modules[model] = weakref.WeakValueDictionary(model_modules(model))
-        paths, tensors, aliases = _names(model)
+        paths, aliases = _names(model)
         self.paths.update(paths)
-        self.tensors.update(tensors)
         self.aliases.update(aliases)
-        weakref.finalize(model, self._forget, paths, tensors)
+        weakref.finalize(model, self._forget, paths)
 
-    def _forget(self, paths: dict[str, str], tensors: dict[int, str]) -> None:
+    def _forget(self, paths: dict[str, str]) -> None:
         # A dead model's ids may be reused: keep only what a model alive says.
         for key in paths:
             self.paths.pop(key, None)
             self.aliases.pop(key, None)
-        for key in tensors:
-            self.tensors.pop(key, None)
         for model in self._models:
-            paths, tensors, aliases = _names(model)
+            paths, aliases = _names(model)
             self.paths.update(paths)
-            self.tensors.update(tensors)
             self.aliases.update(aliases)
 
     def any(self) -> Any:
@@ -86,7 +81,9 @@ class Models:
 
     def owner(self, tensor: Any, own: str, candidates: tuple[str, ...]) -> str | None:
         """The path of the module of `candidates` (in whichever model) whose `own` (``fc.weight``) is
-        `tensor` now, or None: for a tensor put in place since the model was added (FSDP2's)."""
+        `tensor` now, or None. What it finds is kept, by the tensor's id, and checked at each use: a
+        module's tensors change only when something puts others in place (FSDP2, for each call, reusing
+        them from its second step on)."""
         path, module = self._found.get(id(tensor), ("", lambda: None))
         if path in candidates and _attribute(module(), own) is tensor:
             return path  # found before, and still there (FSDP2 reuses its gathered tensors)
@@ -111,10 +108,9 @@ def _attribute(module: Any, dotted: str) -> Any:
     return module
 
 
-def _names(model: Any) -> tuple[dict[str, str], dict[int, str], dict[str, tuple[str, ...]]]:
-    """`model`'s module paths and shared modules' paths by Dynamo's module key, and its parameters'
-    and buffers' names by the tensor's id."""
-    return module_paths(model), {id(t): name for name, t in model_tensors(model)}, _aliases(model)
+def _names(model: Any) -> tuple[dict[str, str], dict[str, tuple[str, ...]]]:
+    """`model`'s module paths and shared modules' paths by Dynamo's module key."""
+    return module_paths(model), _aliases(model)
 
 
 @dataclass(frozen=True)
@@ -126,7 +122,7 @@ class FrameRoot:
     candidates: tuple[str, ...]  # every module of the model of that class (root among them)
     input_index: int | None = None  # the graph input that says which instance runs (a parameter or buffer)
     own: str = ""  # that input's name in the root module
-    models: Models | None = None  # the models alive, that name the tensors
+    models: Models | None = None  # the models alive, whose modules hold the tensors
     why_not: str | None = None  # why no call can be named, when so
 
     @property
@@ -139,13 +135,7 @@ class FrameRoot:
         none is known."""
         if self.input_index is None or self.models is None:
             return None
-        tensor = args[self.input_index]
-        name = self.models.tensors.get(id(tensor))
-        if name is not None and name.endswith("." + self.own):
-            candidate = name[: -len(self.own) - 1]
-            if candidate in self.candidates:
-                return candidate
-        return self.models.owner(tensor, self.own, self.candidates)
+        return self.models.owner(args[self.input_index], self.own, self.candidates)
 
 
 def _aliases(model: Any) -> dict[str, tuple[str, ...]]:
