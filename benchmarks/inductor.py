@@ -1,7 +1,7 @@
 """What NvtxInductor's ranges cost: ranges per training step, and host time per range,
 against a plain ``torch.compile`` of the same model, side by side in one run.
 
-    python benchmarks/inductor.py [--rounds 200] [--with-tool] [--json out.json]
+    python benchmarks/inductor.py [--rounds 200] [--with-tool] [--break-inside N] [--json out.json]
 
 The workload is a training step (forward and backward) of a small two-block
 model on CPU, compiled twice: with Inductor alone ("plain") and with
@@ -15,6 +15,11 @@ With ``--with-tool`` the script runs itself again under the capture tool
 Each run compiles into an Inductor cache of its own: ranges per step are
 counted from the graphs it compiles (a graph served from a cache is not
 placed in the process), and torch alone, no thunder, is needed.
+
+``--break-inside N`` times N blocks of one class instead, each with a graph
+break inside its forward: Dynamo compiles the block's code once for all of
+them, and each call of those graphs looks up which block it runs for
+(`inductor.instances`).
 """
 
 from __future__ import annotations
@@ -36,7 +41,37 @@ import stats  # noqa: E402
 SPEC = "each module <blocks.*>\nop in <*>"
 
 
-def measure(rounds: int) -> dict:
+def breaking_blocks(count: int):
+    """`count` blocks of one class, each breaking the graph inside its forward, and a head."""
+    import torch
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(16, 16)
+            self.norm = torch.nn.LayerNorm(16)
+
+        def forward(self, x):
+            x = torch.nn.functional.gelu(self.fc(x))
+            torch._dynamo.graph_break()
+            return self.norm(x)
+
+    class Blocks(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks = torch.nn.ModuleList([Block() for _ in range(count)])
+            self.head = torch.nn.Linear(16, 4)
+
+        def forward(self, x):
+            for block in self.blocks:
+                x = block(x)
+            return self.head(x)
+
+    torch.manual_seed(0)
+    return Blocks()
+
+
+def measure(rounds: int, break_inside: int = 0) -> dict:
     """Median CPU and wall ns per step of each variant, ranges per step, and ns per range."""
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     import torch
@@ -47,7 +82,7 @@ def measure(rounds: int) -> dict:
     x = torch.randn(2, 16)
     steps = {}
     for name in ("plain", "nvtx"):
-        model = make_blocks()
+        model = breaking_blocks(break_inside) if break_inside else make_blocks()
         # As nvtx_regions.compile makes it: with the model, so the hooks for calls outside every graph are on.
         backend = NvtxInductor(SPEC, model=model) if name == "nvtx" else "inductor"
         compiled = torch.compile(model, backend=backend)
@@ -62,7 +97,8 @@ def measure(rounds: int) -> dict:
     if not ranges:
         raise RuntimeError("no graph was placed in this process (served from a cache?): ranges per step unknown")
     times = stats.interleaved(steps, rounds, warmup=10)
-    out = {"rounds": rounds, "ranges_per_step": ranges, "tool": bool(os.environ.get("NVTX_INJECTION64_PATH"))}
+    out = {"rounds": rounds, "ranges_per_step": ranges, "tool": bool(os.environ.get("NVTX_INJECTION64_PATH")),
+           "break_inside": break_inside}
     for clock, per in times.items():
         plain, nvtx = stats.median(per["plain"]), stats.median(per["nvtx"])
         out[clock] = {
@@ -83,6 +119,7 @@ def render(result: dict) -> str:
     lines = [
         f"NvtxInductor vs plain torch.compile ({'capture tool attached' if result['tool'] else 'no NVTX tool'}): "
         f"{result['ranges_per_step']} ranges per step, {result['rounds']} rounds"
+        + (f", {result['break_inside']} blocks breaking inside" if result.get("break_inside") else "")
     ]
     for clock in ("cpu", "wall"):
         r = result[clock]
@@ -98,17 +135,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--with-tool", action="store_true", help="also run under the capture tool (count mode)")
+    parser.add_argument("--break-inside", type=int, default=0, metavar="N", help="N blocks that break the graph inside")
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--print-json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="nvtx_regions_bench-") as cache:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache  # before torch is imported (see the module doc)
-        results = [measure(args.rounds)]
+        results = [measure(args.rounds, args.break_inside)]
     if args.with_tool:
         from nvtx_regions.testing import capture_subprocess
 
         child = capture_subprocess(
-            [sys.executable, __file__, "--rounds", str(args.rounds), "--print-json"],
+            [sys.executable, __file__, "--rounds", str(args.rounds), "--break-inside", str(args.break_inside), "--print-json"],
             env={"NVTX_REGIONS_CAPTURE_MODE": "count", "PYTHONPATH": str(ROOT)},
             timeout=1800,
         ).check()
