@@ -50,8 +50,9 @@ class Models:
         self._models: weakref.WeakSet[Any] = weakref.WeakSet()
         # Per model: its modules by path, weakly (`owner`).
         self._modules: weakref.WeakKeyDictionary[Any, weakref.WeakValueDictionary[str, Any]] = weakref.WeakKeyDictionary()
-        # What `owner` found: the tensor's id -> its module's path and the module (checked at each use).
-        self._found: dict[int, tuple[str, weakref.ref[Any]]] = {}
+        # What `owner` found: (the tensor's id, its name in its module) -> the module's path, and the
+        # tensor (checked at each use).
+        self._found: dict[tuple[int, str], tuple[str | None, weakref.ref[Any]]] = {}
         self.paths: dict[str, str] = {}  # Dynamo's module key -> path (`internals.inductor.module_paths`)
         self.aliases: dict[str, tuple[str, ...]] = {}  # Dynamo's module key -> every path of a shared module
 
@@ -60,6 +61,7 @@ class Models:
             return
         self._models.add(model)
         self._modules[model] = weakref.WeakValueDictionary(model_modules(model))
+        self._found.clear()
         paths, aliases = _names(model)
         self.paths.update(paths)
         self.aliases.update(aliases)
@@ -81,24 +83,32 @@ class Models:
 
     def owner(self, tensor: Any, own: str, candidates: tuple[str, ...]) -> str | None:
         """The path of the module of `candidates` (in whichever model) whose `own` (``fc.weight``) is
-        `tensor` now, or None. What it finds is kept, by the tensor's id, and checked at each use: a
+        `tensor` now, or None. What it finds is kept while that tensor lives: a
         module's tensors change only when something puts others in place (FSDP2, for each call, reusing
-        them from its second step on)."""
-        path, module = self._found.get(id(tensor), ("", lambda: None))
-        if path in candidates and _attribute(module(), own) is tensor:
-            return path  # found before, and still there (FSDP2 reuses its gathered tensors)
+        them from its second step on), and a tensor of one module does not move to another."""
+        path, found = self._found.get((id(tensor), own), ("", _NOTHING))
+        if found() is tensor and (path is None or path in candidates):
+            return path
+        path = self._walk(tensor, own, candidates)
+        if len(self._found) >= _FOUND_KEPT:
+            self._found.clear()
+        self._found[id(tensor), own] = (path, weakref.ref(tensor))  # None too: a model not added yet (`add` forgets)
+        return path
+
+    def _walk(self, tensor: Any, own: str, candidates: tuple[str, ...]) -> str | None:
         for modules in list(self._modules.values()):
             for path in candidates:
                 module = modules.get(path)
                 if module is not None and _attribute(module, own) is tensor:
-                    if len(self._found) >= _FOUND_KEPT:
-                        self._found.clear()
-                    self._found[id(tensor)] = (path, weakref.ref(module))
                     return path
         return None
 
 
 _FOUND_KEPT = 4096  # bounds `Models._found`, for a model whose tensors are new at every call
+
+
+def _NOTHING() -> None:
+    return None
 
 
 def _attribute(module: Any, dotted: str) -> Any:
