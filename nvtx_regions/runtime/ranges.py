@@ -115,6 +115,7 @@ class GeneratedRanges:
         self.calls: tuple[NvtxCalls, ...] = tuple(calls_of(g.domain) for g in self.groups)
         # Instance-named code calls every group's functions through the call's gates.
         self._gated = [n for n, g in enumerate(self.groups) if g.gate is not None or instances is not None]
+        self._timed = any(g.gate is not None for g in self.groups)  # whether a gate reads the rank and step
         self._gates: dict[tuple[bool, ...], Any] = {}
         self._placed: dict[Any, list[tuple[int, Line]]] = {}  # per code object of the function
         self._namespaces: list[dict[str, Any]] = []  # the generated code's globals (`install`, `guard`)
@@ -165,7 +166,7 @@ class GeneratedRanges:
     def enter(self) -> Any:
         """The gates of a call starting now: per gated group, nvtx's functions where its gate is
         open at this rank and step (`clock`), else C no-ops."""
-        step, rank = current_step(), current_rank()
+        step, rank = (current_step(), current_rank()) if self._timed else (0, 0)
         instance = None
         if self.instances is not None:
             instance = getattr(_instance, "name", None)
