@@ -50,9 +50,9 @@ class Models:
         self._models: weakref.WeakSet[Any] = weakref.WeakSet()
         # Per model: its modules by path, weakly (`owner`).
         self._modules: weakref.WeakKeyDictionary[Any, weakref.WeakValueDictionary[str, Any]] = weakref.WeakKeyDictionary()
-        # What `owner` found: (the tensor's id, its name in its module) -> the module's path, and the
-        # tensor (checked at each use).
-        self._found: dict[tuple[int, str], tuple[str | None, weakref.ref[Any]]] = {}
+        # What `owner` found: (the tensor's id, its name in its module) -> the module's path (None: none
+        # of the candidates looked among), the tensor (checked at each use), and those candidates.
+        self._found: dict[tuple[int, str], tuple[str | None, weakref.ref[Any], tuple[str, ...]]] = {}
         self.paths: dict[str, str] = {}  # Dynamo's module key -> path (`internals.inductor.module_paths`)
         self.aliases: dict[str, tuple[str, ...]] = {}  # Dynamo's module key -> every path of a shared module
 
@@ -86,13 +86,13 @@ class Models:
         `tensor` now, or None. What it finds is kept while that tensor lives: a
         module's tensors change only when something puts others in place (FSDP2, for each call, reusing
         them from its second step on), and a tensor of one module does not move to another."""
-        path, found = self._found.get((id(tensor), own), ("", _NOTHING))
-        if found() is tensor and (path is None or path in candidates):
+        path, found, among = self._found.get((id(tensor), own), ("", _NOTHING, ()))
+        if found() is tensor and (path in candidates if path is not None else among is candidates):
             return path
         path = self._walk(tensor, own, candidates)
         if len(self._found) >= _FOUND_KEPT:
             self._found.clear()
-        self._found[id(tensor), own] = (path, weakref.ref(tensor))  # None too: a model not added yet (`add` forgets)
+        self._found[id(tensor), own] = (path, weakref.ref(tensor), candidates)  # None too: a model not added yet (`add` forgets)
         return path
 
     def _walk(self, tensor: Any, own: str, candidates: tuple[str, ...]) -> str | None:
