@@ -552,21 +552,6 @@ def test_a_torch_without_a_part_we_reach_into_gets_our_error_naming_it(monkeypat
     assert isinstance(error.value, RuntimeError)
 
 
-def test_reduce_overhead_gets_one_warning_and_no_range():
-    from nvtx_regions.inductor import NvtxInductor
-
-    _needs_capture()
-    torch._dynamo.reset()
-    model = make_blocks()
-    compiled = torch.compile(model, backend=NvtxInductor(TINY_SPEC), mode="reduce-overhead")
-    with pytest.warns(NvtxRegionsWarning, match="CUDA graphs") as seen:
-        with torch.no_grad(), capture() as events:
-            compiled(blocks_input())
-            compiled(blocks_input())
-    assert len([w for w in seen if issubclass(w.category, NvtxRegionsWarning)]) == 1
-    assert _ranges(list(events)) == []
-
-
 # -- the real consumers: Nsight Systems, and compare ----------------------------------------
 
 

@@ -150,7 +150,9 @@ def _patch_torch(torch: Any) -> None:
         return compiled
 
     torch.compile = compile
-    _root_hook.append(torch.nn.modules.module.register_module_forward_pre_hook(_first_call))
+    from ..internals.dynamo import run_outside_dynamo
+
+    _root_hook.append(torch.nn.modules.module.register_module_forward_pre_hook(run_outside_dynamo(_first_call)))
     _register_dump()
 
 
@@ -174,6 +176,10 @@ def _stop_root_hook() -> None:
 
 def _first_call(module: Any, args: Any) -> None:
     """The global forward pre-hook: explain a root module at its first call (see the module doc)."""
+    import torch
+
+    if torch.compiler.is_compiling():  # traced by Dynamo: nothing (its calls run in Python too)
+        return
     known = _roots.get(id(module))
     if known is not None and known() is module:
         return

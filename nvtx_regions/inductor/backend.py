@@ -15,9 +15,9 @@ Promises:
   stacks and this build of nvtx_regions too (a do-nothing post-grad pass whose ``uuid()`` names them),
   so a cache hit returns code with this spec's ranges for these modules, placed by this build, and a
   plain ``torch.compile`` never gets them.
-- Where Inductor runs no Python wrapper per call (CUDA graphs, ``mode="reduce-overhead"``;
-  ``cpp_wrapper``/AOTInductor) no range can be placed: one `NvtxRegionsWarning` says so, and the
-  graph compiles without.
+- Every ``torch.compile`` option gives the default mode's ranges, but: without a Python wrapper
+  (``cpp_wrapper``/AOTInductor) a graph gets none; a CUDA graph (``mode="reduce-overhead"``) runs
+  its wrapper only to warm up and record. One `NvtxRegionsWarning` says either.
 - Made on a torch that lacks a part of Inductor it reaches into, it raises `UnsupportedTorchError`
   naming what is missing (`internals.inductor_reaches`).
 - Rules with no meaning under Inductor are left out, named once in one `NvtxRegionsWarning`
@@ -93,6 +93,13 @@ class PlacedGraph:
     plan: Plan
 
 
+CUDA_GRAPHS = (
+    "CUDA graphs (mode='reduce-overhead', triton.cudagraphs) replay the graphs Inductor captures without their Python "
+    "wrappers, so their ranges come only in the calls that warm up and record each CUDA graph, not in its replays (a "
+    "graph it does not capture gets its ranges every call). Compile without mode='reduce-overhead' for a range on every call"
+)
+
+
 class NvtxInductor(SpecHandle):
     """A ``torch.compile`` backend: Inductor, with the ranges of `select` (spec text) and/or `spec`
     (a ``.nvtx`` file) in the generated wrapper (see the module doc); with neither, ``each module <**>``.
@@ -142,7 +149,6 @@ class NvtxInductor(SpecHandle):
         self._calls: dict[tuple[str, str], int] = {}  # (Dynamo's module call key, its path there) -> call number
         self._graph_numbers = 0
         self._lock = threading.Lock()
-        self._warned = False
         self.removed = False
         self._said: set[str] = set()  # what was already warned about (once each)
         self.notes: list[str] = []  # what those warnings said: what got no range, and why
@@ -219,6 +225,8 @@ class NvtxInductor(SpecHandle):
             )
         config = internals.inductor_config()
         patches = {**internals.mode_options(mode), **self.options, **(options or {})}
+        if internals.may_replay_cuda_graphs(patches, example_inputs):
+            self._say("cuda graphs", f"{self!r}: {CUDA_GRAPHS}")
         theirs = patches.get("post_grad_custom_post_pass", config.post_grad_custom_post_pass)
         key = f"{self.cache_key}:{internals.module_digest(gm)}"
         patches["post_grad_custom_post_pass"] = internals.cache_key_pass(key, theirs)
@@ -295,7 +303,7 @@ class NvtxInductor(SpecHandle):
             self._complete()  # the first call again: a step went by (a model without backward)
 
     def _at_backward_end(self) -> None:
-        autograd_internals().queue_callback(self._complete)
+        autograd_internals().queue_callback(dynamo.run_outside_dynamo(self._complete))
 
     def _complete(self) -> None:
         self._unreported = False
@@ -306,8 +314,8 @@ class NvtxInductor(SpecHandle):
             seen = self.outside.in_graphs
             self.outside.need(path for path in outsides[0].selected if path and path not in seen)
         self.outside.first_step_over()
-        if self._warned and not self.graphs:
-            return  # no graph could hold a range (CUDA graphs, a C++ wrapper): said once already
+        if "no wrapper" in self._said and not self.graphs:
+            return  # no graph could hold a range (a C++ wrapper): said once already
         if outsides:
             # The calls that ran outside every graph had their ranges from hooks: their rules selected.
             for outside in outsides:
@@ -328,17 +336,10 @@ class NvtxInductor(SpecHandle):
     def _cannot_place(self, kwargs: dict[str, Any], config: Any) -> bool:
         """Whether this graph gets no Python wrapper run per call (warning once if so)."""
         why = internals.no_python_wrapper(kwargs, config)
-        if why is None:
-            return False
-        if not self._warned:
-            self._warned = True
-            warnings.warn(
-                f"{self!r}: no NVTX range can be placed in this graph: {why}; it compiles without ranges. "
-                "Compile without that option to get the ranges",
-                NvtxRegionsWarning,
-                stacklevel=2,
-            )
-        return True
+        if why is not None:
+            self._say("no wrapper", f"{self!r}: no NVTX range can be placed in this graph: {why}; it compiles without "
+                      "ranges. Compile without that option to get the ranges")  # fmt: skip
+        return why is not None
 
     def _place(self, number: int, phase: str, kernels: list[Any], inference: bool, frame: FrameRoot | None, whole: bool) -> Any:
         """The lines a wrapper gains: its ranges, and a header that reports its view as it loads.

@@ -26,7 +26,6 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from ..internals.dynamo import run_outside_dynamo
 from ..runtime.hook_ranges import CALL
 from ..runtime.module_ranges import NOW, WAIT, WHOLE
 
@@ -47,8 +46,6 @@ class FirstStep:
     """The compile step's bookkeeping of one backend's hooks (see the module doc)."""
 
     def __init__(self) -> None:
-        for function in _HOOKS_CALL:  # idempotent, and cheap: per backend, never per call
-            run_outside_dynamo(function)
         self.whole: set[Any] | None = None  # the forward functions compiled whole in its first model, once added
         # The ranges that wait: (the hooks' ranges, the thread's stack, the call's entry's index, its
         # forward ranges' attributes, its forward function, and what to forget if they are dropped).
@@ -103,8 +100,3 @@ def _push(ranges: Any, stack: Any, index: int, attributes: list[Any]) -> None:
     if index < len(stack):
         entry = stack[index]
         stack[index] = (entry[0], len(attributes), *entry[2:])
-
-
-# What the hooks call, which Dynamo never compiles as frames of their own: it would try each, to no
-# graph, in the compile step (`FirstStep` says so as it is made: that imports torch).
-_HOOKS_CALL = (_forward_of, _push, FirstStep.decide, FirstStep.wait, FirstStep.flush, FirstStep.resolve)

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ..core.naming import class_name
+from ..internals.dynamo import run_outside_dynamo
 from ..internals.inductor import called_module, graph_module_stacks, model_modules, model_tensors, module_paths
 
 __all__ = ["FrameRoot", "Models", "frame_root", "same_class", "structure"]
@@ -65,7 +66,7 @@ class Models:
         paths, aliases = _names(model)
         self.paths.update(paths)
         self.aliases.update(aliases)
-        weakref.finalize(model, self._forget, paths)
+        weakref.finalize(model, run_outside_dynamo(self._forget), paths)
 
     def _forget(self, paths: dict[str, str]) -> None:
         # A dead model's ids may be reused: keep only what a model alive says.

@@ -191,7 +191,7 @@ class EveryModel:
         self.front = ModuleRanges(Domain(domain, sinks))
         self.front.waits = self.first_step
         self._listening: list[Callable[[], None]] = []  # stops `outside_compiles`, in the first step
-        weakref.finalize(self, _stop, self._listening)  # Dynamo's callbacks go with the backend
+        weakref.finalize(self, run_outside_dynamo(_stop), self._listening)  # Dynamo's callbacks go with the backend
         self._first_step_over = False
         self._traced = False  # a graph was compiled with the first step's hooks on (`compiling`)
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 __all__ = [
-    "around", "called_while_traced", "on_backward", "profiler_calls_dropped", "recompile_limit_hits", "run_outside_dynamo",
-    "traced_function", "traced_self", "tracing_for", "whole_frame",
+    "around", "called_while_traced", "marked_outside_dynamo", "on_backward", "profiler_calls_dropped", "recompile_limit_hits",
+    "run_outside_dynamo", "traced_function", "traced_self", "tracing_for", "whole_frame",
 ]  # fmt: skip
 
 
@@ -26,7 +26,7 @@ def around(compiled: Any, before: Callable[[tuple[Any, ...]], Any] | None, after
             after(outputs, None)
             return outputs
 
-        return run_then
+        return run_outside_dynamo(run_then)
 
     def run(*args: Any) -> Any:
         token = before(args)
@@ -38,7 +38,7 @@ def around(compiled: Any, before: Callable[[tuple[Any, ...]], Any] | None, after
         after(outputs, token)
         return outputs
 
-    return run
+    return run_outside_dynamo(run)
 
 
 def on_backward(outputs: Any, hook: Callable[[], None]) -> bool:
@@ -49,7 +49,7 @@ def on_backward(outputs: Any, hook: Callable[[], None]) -> bool:
     for output in outputs if isinstance(outputs, (list, tuple)) else (outputs,):
         node = getattr(output, "grad_fn", None)
         if node is not None and node.name() == "CompiledFunctionBackward":
-            node.register_prehook(lambda grad_outputs: hook())
+            node.register_prehook(run_outside_dynamo(lambda grad_outputs: hook()))
             return True
     return False
 
@@ -78,7 +78,7 @@ def _listen(logger: str, callback: Callable[..., None], read: Callable[[Any], tu
                 watcher(*found)
         return True  # the record is logged as it would be without us
 
-    logging.getLogger(logger).addFilter(filter_record)
+    logging.getLogger(logger).addFilter(run_outside_dynamo(filter_record))
 
 
 def recompile_limit_hits(callback: Callable[[str, Any, str], None]) -> None:
@@ -133,8 +133,8 @@ def outside_compiles(put_on: Callable[[], None], take_off: Callable[[], None]) -
     def end(_: Any) -> None:
         put_on()
 
-    callback_handler.register_start_callback(start)
-    callback_handler.register_end_callback(end)
+    callback_handler.register_start_callback(run_outside_dynamo(start))
+    callback_handler.register_end_callback(run_outside_dynamo(end))
 
     def stop() -> None:
         for remove, callback in ((callback_handler.remove_start_callback, start), (callback_handler.remove_end_callback, end)):
@@ -146,16 +146,45 @@ def outside_compiles(put_on: Callable[[], None], take_off: Callable[[], None]) -
     return stop
 
 
-def run_outside_dynamo(function: Callable[..., Any]) -> Callable[..., Any]:
-    """`function` itself, which Dynamo will not compile as a frame of its own but still traces through
-    where compiled code calls it: ``torch._dynamo.eval_frame.skip_code`` on its code object (2.11,
-    2.14; a hook's closures share one). Without it, Dynamo compiles a module hook that runs outside
-    any graph into a graph of its own, where ``torch.compiler.is_compiling()`` is true: the hook
-    would do nothing."""
-    from torch._dynamo.eval_frame import skip_code
+# The code of every function `run_outside_dynamo` marked: what the tests walk (`marked_outside_dynamo`).
+_marked: set[Any] = set()
 
-    skip_code(function.__code__)
+
+def run_outside_dynamo(function: Callable[..., Any]) -> Callable[..., Any]:
+    """`function` itself, marked so that Dynamo's frame evaluation never compiles it, nor anything it
+    calls, where it runs in Python: the one way every hook and callback nvtx_regions installs is made.
+
+    ``torch._C._dynamo.eval_frame.set_code_exec_strategy(code, FrameExecStrategy(SKIP, SKIP))`` on its
+    code object (2.8, 2.11, 2.14.1: what ``torch._dynamo.eval_frame.skip_code`` does for the frame
+    alone, and Dynamo itself for a frame past its recompile limit): the frame runs as Python, and the
+    frames it calls run with Dynamo's eval frame off, as under ``torch.compiler.disable``, at no cost
+    per call (the mark is on the code). A hook's closures share one code object.
+
+    Dynamo still traces through `function` where code it compiles calls it (a module hook inside a
+    compiled forward): each hook returns at once there, on ``torch.compiler.is_compiling()`` first.
+
+    Without it, a hook that runs in Python inside a compiled call (the compiled model's own forward
+    hooks run so; a module's hooks across a graph break too) has Dynamo compile what it calls as
+    frames of their own: with ``fullgraph=True`` one that Dynamo cannot trace (a generator, a weak
+    dictionary's ``values()``) raises in the user's call, and without it each costs a compile that
+    makes no graph."""
+    from torch._C._dynamo.eval_frame import _FrameAction, _FrameExecStrategy, set_code_exec_strategy
+
+    code = getattr(function, "__code__", None) or function.__func__.__code__
+    if code not in _marked:
+        set_code_exec_strategy(code, _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP))
+        _marked.add(code)
     return function
+
+
+def marked_outside_dynamo(function: Any) -> bool:
+    """Whether `function` (a function, a bound method, or an object whose ``__call__`` is one) was
+    made by `run_outside_dynamo`."""
+    for candidate in (function, getattr(function, "__func__", None), getattr(type(function), "__call__", None)):
+        code = getattr(candidate, "__code__", None) or getattr(getattr(candidate, "__func__", None), "__code__", None)
+        if code is not None and code in _marked:
+            return True
+    return False
 
 
 def _translator() -> Any:

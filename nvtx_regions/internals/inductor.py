@@ -85,14 +85,24 @@ __all__ = [
 
 def no_python_wrapper(kwargs: dict[str, Any], config: Any) -> str | None:
     """Why a graph that ``compile_fx_inner`` compiles with `kwargs` and Inductor's `config` gets no
-    Python wrapper run per call, or None: CUDA graphs (its ``cudagraphs`` keyword, a ``BoxedBool``,
-    or ``triton.cudagraphs``), ``cpp_wrapper`` (AOTInductor too) or ``fx_wrapper`` (2.11, 2.14)."""
-    cudagraphs = kwargs.get("cudagraphs")
-    if bool(getattr(cudagraphs, "value", cudagraphs)) or bool(config.triton.cudagraphs):
-        return "CUDA graphs (mode='reduce-overhead', triton.cudagraphs) replay the kernels without host calls"
+    Python wrapper, or None: ``cpp_wrapper`` (AOTInductor too) or ``fx_wrapper`` (2.8, 2.11, 2.14)."""
     if bool(kwargs.get("cpp_wrapper")) or bool(config.cpp_wrapper) or bool(getattr(config, "fx_wrapper", False)):
         return "cpp_wrapper/AOTInductor (or fx_wrapper) generates no Python wrapper to place them in"
     return None
+
+
+def may_replay_cuda_graphs(patches: dict[str, Any], example_inputs: Any) -> bool:
+    """Whether Inductor may capture a graph compiled with the options `patches` and these inputs as a
+    CUDA graph, whose replays run its kernels without its Python wrapper: CUDA graphs asked for
+    (``mode="reduce-overhead"`` is the option ``triton.cudagraphs``; or that config) and an input on a
+    CUDA device. Inductor captures no graph whose inputs are all on the CPU, and decides for the
+    others as it compiles (``cudagraph_post_compile``: 2.8, 2.11, 2.14), where the graphs it does not
+    capture run their wrapper every call."""
+    from torch._inductor import config
+
+    if not patches.get("triton.cudagraphs", config.triton.cudagraphs):
+        return False
+    return any(getattr(tensor, "is_cuda", False) for tensor in example_inputs)
 
 
 def compile_fx(*args: Any, **kwargs: Any) -> Any:

@@ -149,16 +149,20 @@ REACHES = (
           lambda: callable(_find("torch._inductor.custom_graph_pass", "CustomGraphPass.uuid"))),
     Reach("torch._inductor.config.post_grad_custom_post_pass", "the cache key: a cached wrapper could be replayed",
           lambda: _has("torch._inductor.config", "post_grad_custom_post_pass")),
-    Reach("torch._inductor.config.cpp_wrapper, .triton.cudagraphs", "telling a graph no range can be placed in",
-          lambda: _has("torch._inductor.config", "cpp_wrapper") and _has("torch._inductor.config", "triton.cudagraphs")),
+    Reach("torch._inductor.config.cpp_wrapper", "telling a graph no range can be placed in",
+          lambda: _has("torch._inductor.config", "cpp_wrapper")),
+    Reach("torch._inductor.config.triton.cudagraphs", "telling where CUDA graph replays run no wrapper",
+          lambda: _has("torch._inductor.config", "triton.cudagraphs")),
     Reach("torch._inductor.compile_fx.compile_fx(inner_compile=, config_patches=)", "compiling with the ranges",
           lambda: _takes(_find("torch._inductor.compile_fx", "compile_fx"), "inner_compile", "config_patches")),
     Reach("torch._inductor.compile_fx.compile_fx_inner(is_backward=, is_inference=)", "telling forward from backward",
           _inner_compile_keywords),
     Reach("torch._inductor.list_mode_options(mode)", "the options of torch.compile(mode=...)",
           lambda: _takes(_find("torch._inductor", "list_mode_options"), "mode")),
-    Reach("torch._dynamo.eval_frame.skip_code(code)", "the ranges of module calls outside every graph (a graph break)",
-          lambda: callable(_find("torch._dynamo.eval_frame", "skip_code"))),
+    Reach("torch._C._dynamo.eval_frame.set_code_exec_strategy(code, _FrameExecStrategy(SKIP, SKIP))",
+          "hooks that run in Python inside a compiled call (fullgraph=True: Dynamo's error)",
+          lambda: callable(_find("torch._C._dynamo.eval_frame", "set_code_exec_strategy"))
+          and hasattr(_find("torch._C._dynamo.eval_frame", "_FrameAction"), "SKIP")),
 )  # fmt: skip
 
 

@@ -143,7 +143,8 @@ class _Events(list):
                         call._drop_leaf_hooks()
 
 
-# The functions autograd calls: their owners' hooks run outside Dynamo (`inductor.outside`).
+# The hooks autograd calls, made by `internals.dynamo.run_outside_dynamo` (by `ModuleRanges`, once:
+# that imports torch).
 BACKWARD_HOOK_FUNCTIONS = (_Events.__call__, BackwardCall._leaf_done)
 
 

@@ -81,7 +81,9 @@ def start_counting() -> None:
         _counting = True
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    register_optimizer_step_post_hook(_optimizer_stepped)
+    from ..internals.dynamo import run_outside_dynamo
+
+    register_optimizer_step_post_hook(run_outside_dynamo(_optimizer_stepped))
 
 
 def current_rank() -> int:

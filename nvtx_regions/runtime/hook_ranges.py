@@ -32,6 +32,7 @@ import weakref
 from typing import Any
 
 from ..internals.autograd import autograd_internals
+from ..internals.dynamo import run_outside_dynamo
 from .domain import NvtxCalls
 from .ranges import forget_left_open, leave_open
 
@@ -121,7 +122,7 @@ class HookRanges:
                 self.pop_from(stack, 0)
             stack.task = task
             leave_open(self.recover)
-            self.autograd.queue_callback(lambda: self.end_task(task))
+            self.autograd.queue_callback(run_outside_dynamo(lambda: self.end_task(task)))
         push, domain = self.push, self.domain_argument
         for each in attributes:
             push(each, domain)

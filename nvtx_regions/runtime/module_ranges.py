@@ -19,8 +19,8 @@ by its id. Both front ends' calls behave alike:
   clock (`runtime.clock`), for the call's forward ranges and the backward ranges that follow it.
 - Under Dynamo the hooks do nothing but call `on_traced` (traced into a graph they would break
   it); Dynamo never compiles them, nor what they call, as frames of their own
-  (`internals.dynamo.run_outside_dynamo`), so a hook that runs outside compiled code keeps its
-  range. A module this front end did not hook (a deep copy's, which carries copies of the hook
+  (`internals.dynamo.run_outside_dynamo`), so a hook that runs in Python inside a compiled call
+  (``fullgraph=True`` too) keeps its range and adds no compile. A module this front end did not hook (a deep copy's, which carries copies of the hook
   dicts) gets nothing from them.
 - `recover_at_root()`, called where a root call starts, pops what a failed backward or an
   interrupted forward left open (`HookRanges.recover`).
@@ -123,7 +123,7 @@ class ModuleRanges:
     """The hooks of one owner (an annotation, a backend) on the modules it gives ranges (see the module doc)."""
 
     def __init__(self, domain: Domain, *, on_traced: Callable[[], Any] = _nothing) -> None:
-        for function in _HOOKS_CALL:  # idempotent, and cheap: per front end, never per call
+        for function in BACKWARD_HOOK_FUNCTIONS:  # idempotent, and cheap: per front end, never per call
             run_outside_dynamo(function)
         self.domain = domain
         self.ranges = HookRanges(calls_of(domain))
@@ -305,9 +305,3 @@ def _open(entries: list[tuple[int, Any, Any]]) -> list[Any]:
                 continue
         opened.append(attributes)
     return opened
-
-
-# What the hooks call, which Dynamo never compiles as frames of their own: it would try each, to no
-# graph, in the step that compiles (`ModuleRanges` says so as it is made: that imports torch).
-_HOOKS_CALL = (*BACKWARD_HOOK_FUNCTIONS, BackwardCall.__init__, BackwardCall.outputs_ready, ModuleRanges._pre,
-               ModuleRanges.recover_at_root, _open)  # fmt: skip
