@@ -12,10 +12,16 @@ colour ours give:
 - ``full hooks``: the same with ``register_full_backward_pre_hook``/``register_full_backward_hook``
   for backward, what eager did before;
 - ``ours``: ``nvtx_regions.compile(model, "each module <blocks.*>", backend="eager")``, and with
-  ``and forward``.
+  ``and forward``; its backward range ends where the block's own backward does (each input reaches
+  the block as an alias, whose autograd node ends the range);
+- ``ours, ending at each input's node``: the same with the block's range ending at the node that
+  computed its input, where the input's whole gradient is done (before issue 49: a range held open
+  around a sibling's that reads the same input). The hand-written hooks end there too; torch's
+  full hooks end where ours do.
 
 Prints each variant's median step time, and the ratios the issue names: ours / hand-written,
-forward and backward (target within 3%) and forward only (target within 1%). No NVTX tool is
+forward and backward (target within 3%) and forward only (target within 1%), and ours against ours
+ending at each input's node and against torch's full hooks. No NVTX tool is
 attached, as in a run outside Nsight: the NVTX calls return at once, and what is measured is
 what the hooks cost.
 """
@@ -91,9 +97,18 @@ def hand_written(model: Net, backward: bool, full_hooks: bool = False) -> list:
     return handles
 
 
-def ours(model: Net, backward: bool) -> list:
+def ours(model: Net, backward: bool, exact_end: bool = True) -> list:
     spec = "each module <blocks.*>" + ("" if backward else " and forward")
-    return [nvtx_regions.compile(model, spec, backend="eager").nvtx_regions_backend]
+    if exact_end:
+        return [nvtx_regions.compile(model, spec, backend="eager").nvtx_regions_backend]
+    from nvtx_regions.runtime import module_ranges  # the hooks' front end, made without aliases
+
+    made = module_ranges.ModuleRanges.__init__
+    module_ranges.ModuleRanges.__init__ = lambda self, *args, **kwargs: made(self, *args, **{**kwargs, "alias_inputs": False})
+    try:
+        return [nvtx_regions.compile(model, spec, backend="eager").nvtx_regions_backend]
+    finally:
+        module_ranges.ModuleRanges.__init__ = made
 
 
 def remove(handles: list) -> None:
@@ -130,6 +145,7 @@ def main() -> None:
         "hand-written, forward and backward": lambda: hand_written(model, backward=True),
         "full hooks, forward and backward": lambda: hand_written(model, backward=True, full_hooks=True),
         "ours, forward and backward": lambda: ours(model, backward=True),
+        "ours ending at inputs' nodes, f and b": lambda: ours(model, backward=True, exact_end=False),
     }
     times: dict[str, list[float]] = {name: [] for name in variants}
     order = random.Random(0)
@@ -145,6 +161,10 @@ def main() -> None:
         / medians["hand-written, forward and backward"],
         "full hooks / hand-written, forward and backward": medians["full hooks, forward and backward"]
         / medians["hand-written, forward and backward"],
+        "ours / ours ending at inputs' nodes, forward and backward": medians["ours, forward and backward"]
+        / medians["ours ending at inputs' nodes, f and b"],
+        "ours / full hooks, forward and backward": medians["ours, forward and backward"]
+        / medians["full hooks, forward and backward"],
     }
     print(f"torch {torch.__version__}, {BLOCKS} blocks, {STEPS} steps x {args.repeats} rounds, median step time:")
     for name, value in medians.items():

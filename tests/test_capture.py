@@ -655,9 +655,36 @@ def test_testing_is_a_small_face_of_capture():
     # What a test needs, nothing more; every name is capture's own object, and capture has the rest.
     testing, capture_package = nvtx_regions.testing, nvtx_regions.capture
     assert sorted(testing.__all__) == [
-        "NvtxEvent", "Range", "UnbalancedRanges", "attach", "balance_problems", "capture", "capture_subprocess",
+        "NvtxEvent", "Range", "UnbalancedRanges", "all_ranges", "attach", "balance_problems", "capture", "capture_subprocess",
         "check_balanced", "flatten", "range_tree", "start_end_ranges", "unavailable_reason",
     ]  # fmt: skip
     assert [n for n in testing.__all__ if getattr(testing, n) is not getattr(capture_package, n)] == []
     assert {"CaptureResult", "ProcessCapture", "build_tool", "summarize", "to_chrome_trace"} <= set(capture_package.__all__)
     assert [n for n in capture_package.__all__ if not hasattr(capture_package, n)] == []
+
+
+def test_all_ranges_gives_push_pop_and_start_end_ranges_alike_in_start_order():
+    from nvtx_regions.capture import NvtxEvent
+    from nvtx_regions.testing import all_ranges
+
+    def event(kind, ts, message=None, domain="d", range_id=None, tid=1):
+        return NvtxEvent(kind=kind, domain=domain, message=message, color=None, category=None, tid=tid, ts_ns=ts, range_id=range_id)
+
+    events = [
+        event("push", 1, "outer"),
+        event("start", 2, "interleaved", range_id=7),
+        event("push", 3, "inner"),
+        event("pop", 4),
+        event("push", 5, "other domain", domain="e"),
+        event("pop", 6, domain="e"),
+        event("end", 8, range_id=7, tid=2),  # ended on another thread
+        event("pop", 9),
+    ]
+    found = all_ranges(events, domain="d")
+    assert [(r.message, r.depth, r.start_ns, r.end_ns) for r in found] == [
+        ("outer", 0, 1, 9), ("interleaved", 0, 2, 8), ("inner", 1, 3, 4),
+    ]  # fmt: skip
+    outer, interleaved, inner = found
+    assert outer.holds(inner) and outer.holds(interleaved) and interleaved.holds(inner)
+    assert not inner.holds(outer)
+    assert len(all_ranges(events)) == 4  # every domain

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from support.inductor import own_inductor_cache
 import nvtx_regions
 from nvtx_regions import NvtxInductor, NvtxRegionsWarning
 from nvtx_regions.capture import is_attached
@@ -43,17 +44,8 @@ pytestmark = pytest.mark.filterwarnings("ignore:Full backward hook is firing:Use
 @pytest.fixture(scope="module", autouse=True)
 def inductor_cache(tmp_path_factory):
     """This module's own Inductor cache, and one compile thread."""
-    import torch._inductor.config as config
-
-    patch = pytest.MonkeyPatch()
-    patch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.mktemp("inductor_cache")))
-    threads, config.compile_threads = config.compile_threads, 1
-    yield
-    config.compile_threads = threads
-    patch.undo()
-    from torch._inductor.async_compile import shutdown_compile_workers
-
-    shutdown_compile_workers()
+    with own_inductor_cache(tmp_path_factory.mktemp("inductor_cache")) as directory:
+        yield directory
 
 
 def _needs_capture() -> None:
@@ -255,9 +247,27 @@ def _fullgraph_scenario():
     model called inside a compiled function, its hooks traced, and called as a compiled module, its
     root's hooks run in Python), `nvtx_regions.compile` (hooks for the compile step, the watch of its
     first call, Dynamo's callbacks, the loggers), a leaf input that needs a gradient, and an optimizer
-    step (the step clock). The hooks, looked at before the backward."""
-    annotated, compiled_model = make_model(markers=False), make_model()
-    annotation = annotate(annotated, SPEC)
+    step (the step clock), and a module given its input in a tuple (a leaf nested in an argument gets
+    a tensor hook). The hooks, looked at before the backward."""
+
+    class TupleIn(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = torch.nn.Linear(16, 16)
+
+        def forward(self, pair):
+            return self.inner(pair[0])
+
+    class Holder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.held = TupleIn()
+
+        def forward(self, x):
+            return self.held((x,))
+
+    annotated, compiled_model, holder = make_model(markers=False), make_model(), Holder()
+    annotation, held = annotate(annotated, SPEC), annotate(holder, "each module <held>")
     inner = torch.compile(lambda x: annotated(x), backend="eager", fullgraph=True)
     outer = torch.compile(annotated, backend="eager", fullgraph=True)
     # A domain of its own: a backend of its own, whose first step (its hooks and Dynamo callbacks) is
@@ -267,11 +277,12 @@ def _fullgraph_scenario():
     hooks = None
     for _ in range(2):
         leaf = torch.randn(4, 16, requires_grad=True)
-        losses = [inner(leaf).sum(), outer(leaf).sum(), annotated(leaf).sum(), compiled(leaf).sum()]
-        hooks = hooks or _installed_hooks([annotated, compiled_model], [leaf])
+        losses = [inner(leaf).sum(), outer(leaf).sum(), annotated(leaf).sum(), compiled(leaf).sum(), holder(leaf).sum()]
+        hooks = hooks or _installed_hooks([annotated, compiled_model, holder], [leaf])
         sum(losses).backward()
         optimizer.step()
     annotation.remove()
+    held.remove()
     return hooks
 
 
@@ -320,6 +331,7 @@ print("frames of ours:", len(seen))
 """
 
 
+@pytest.mark.slow  # a process of its own, compiling: the control runs in CI's slow tier
 def test_the_old_mechanism_lets_dynamo_compile_our_frames():
     """The positive control of the test above, in a process of its own: the hooks made by ``skip_code``
     on their own frame alone, as before, hand Dynamo frames of ours, and fullgraph=True raises."""

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from support.inductor import own_inductor_cache
 from support.models import gpt_inputs, loss_of
 from support.nsys import require_nsys
 import nvtx_regions
@@ -53,23 +54,8 @@ TINY_STEP = ["blocks.0", "blocks.1", "blocks.1 (backward)", "blocks.0 (backward)
 @pytest.fixture(scope="module", autouse=True)
 def inductor_cache(tmp_path_factory):
     """This module's own Inductor cache, and one compile thread."""
-    import torch._inductor.config as config
-
-    directory = tmp_path_factory.mktemp("inductor_cache")
-    patch = pytest.MonkeyPatch()
-    patch.setenv("TORCHINDUCTOR_CACHE_DIR", str(directory))
-    patch.setenv("TORCHINDUCTOR_COMPILE_THREADS", "1")
-    # Set and restored by hand: MonkeyPatch.undo deletes a config entry it did not find in
-    # the module's __dict__, which breaks every later compile in this process.
-    threads, config.compile_threads = config.compile_threads, 1
-    yield directory
-    config.compile_threads = threads
-    patch.undo()
-    # No Inductor worker left running into later test files: thunder's interpreter then
-    # saw a dict change size under it while tracing (torch 2.11).
-    from torch._inductor.async_compile import shutdown_compile_workers
-
-    shutdown_compile_workers()
+    with own_inductor_cache(tmp_path_factory.mktemp("inductor_cache")) as directory:
+        yield directory
 
 
 def _needs_capture() -> None:

@@ -453,6 +453,7 @@ def tiny(tmp_path_factory):
     return directory
 
 
+@pytest.mark.slow
 @pytest.mark.thunder
 def test_a_module_one_backend_lacks_is_missing_and_a_failed_backend_is_reported(tiny, tmp_path):
     out = tmp_path / "out"
@@ -511,6 +512,7 @@ def test_a_range_a_crash_left_open_is_no_call(tiny, tmp_path):
     assert "exited with status 5" in done.stdout
 
 
+@pytest.mark.slow  # torchrun: a whole-system run
 def test_torchrun_one_rank_at_a_time(tiny, tmp_path):
     out = tmp_path / "out"
     argv = [str(tiny / "modules.nvtx"), "--tool", "capture", "--backends", "eager", "--rank", "1", "-o", str(out), "--",

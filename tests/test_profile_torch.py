@@ -101,6 +101,7 @@ def test_the_pages_command_on_eager_and_inductor(tmp_path):
     assert masked(doc_block("text", "<!-- profile: torch table -->")) == masked(real)
 
 
+@pytest.mark.slow
 @pytest.mark.thunder
 def test_the_pages_command_on_thunder(tmp_path):
     out, done = run_doc_command(tmp_path, "thunder")

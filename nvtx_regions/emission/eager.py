@@ -29,13 +29,19 @@ end, `runtime.module_ranges`, which `NvtxInductor` shares for the calls that
 run outside its graphs):
 - forward: a forward pre-hook pushes, a forward hook registered with
   ``always_call=True`` pops, so a module that raises still pops its range;
-- backward, without torch's full backward hooks (they wrap every output in an
-  extra autograd node, and cost 9 to 14% of a launch-bound GPU step), from
-  pre-hooks on autograd nodes (`runtime.backward_hooks`): the range opens when
-  the node that computed the call's outputs is about to run and closes when
-  the nodes that computed its inputs are (their gradients are complete), so
-  the range of the call that consumed an output closes before the range of the
-  call that produced it opens. A call none of whose inputs needs a gradient
+- backward, without torch's full backward hooks (they wrap every input and
+  output in a Python autograd function, and cost 9 to 14% of a launch-bound GPU
+  step), from pre-hooks on autograd nodes (`runtime.backward_hooks`): the range
+  opens when the node that computed the call's outputs is about to run, and
+  closes when the call's own backward is done: each tensor argument that needs
+  a gradient reaches the call as an alias (``tensor[...]``, one C++ autograd
+  node), whose node runs once this call has given it all its gradient. So
+  siblings that read one input (a gated MLP's ``gate`` and ``up``, attention's
+  ``q``, ``k`` and ``v``, experts, a norm and the residual add beside it) close
+  each in turn, none around another; the range of the call that consumed an
+  output closes before the range of the call that produced it opens. A tensor
+  nested in an argument (a tuple, a list, a dict) ends the range where its
+  whole gradient is done. A call none of whose inputs needs a gradient
   (an embedding of token ids, usually the root) keeps its range open until the
   range around it closes or the backward ends;
 - a module called twice per step (shared weights) gets two ranges each way;
@@ -105,7 +111,7 @@ class EagerAnnotation(SpecHandle):
         self.hold(restrict(compiled, "eager"), Domain(domain, sinks), strict=strict)
         watch_step_gates(self.compiled.rules)
         self._traced = self._traced_hook()
-        self._front = ModuleRanges(self.domain, on_traced=self._traced)
+        self._front = ModuleRanges(self.domain, on_traced=self._traced, alias_inputs=True)
         self._handles: list[Any] = []  # the root's pre-hook's
         self._targets: list[HookTarget] = []
         report_unsupported(self.compiled, strict=strict, stacklevel=3)

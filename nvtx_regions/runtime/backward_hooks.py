@@ -1,10 +1,12 @@
 """A module call's backward range from pre-hooks on autograd nodes (`emission.eager`).
 
-torch's full backward hooks wrap every output of a hooked module in an extra autograd node (they
-cost 9 to 14% of a launch-bound GPU step); these hooks add no node. A `BackwardCall` is made per
-call that may get a backward range, in the forward pre-hook, with the call's arguments. Its range opens when the node that
-computed the call's outputs is about to run (their gradients have arrived) and closes when the
-node that computed each of its inputs is about to run (their gradients are complete).
+torch's full backward hooks wrap every input and output of a hooked module in a Python autograd
+function (they cost 9 to 14% of a launch-bound GPU step); these hooks add at most one C++ node per
+input (an alias, `BackwardCall`). A `BackwardCall` is made per call that may get a backward range, in
+the forward pre-hook, with the call's arguments. Its range opens when the node that computed the
+call's outputs is about to run (their gradients have arrived) and closes when the call's own
+backward is done: when the node of each input's alias is about to run (eager's annotation), or the
+node that computed each input (Inductor's calls outside its graphs: their gradients are complete).
 
 One pre-hook per autograd node serves every call: the node's metadata holds the events ("open
 this call", "an input of that call is done") in the order the forward registered them, and the
@@ -38,42 +40,84 @@ class BackwardCall:
     open for its owner to close (with the range around it, or at the end of the backward); so
     does a call whose inputs' nodes do not run (``torch.autograd.grad`` with that input as
     ``inputs``). Each backward through the call's graph (``retain_graph=True``) opens the range
-    again. `attributes`: the ranges to push (its owner's, gates already applied)."""
+    again. `attributes`: the ranges to push (its owner's, gates already applied).
+
+    Each tensor argument that needs a gradient (positional, or a keyword's value) reaches the call
+    as an alias of itself (``tensor[...]``, `replaced`: what the forward pre-hook returns), whose one
+    autograd node runs once this call's backward has given that input every gradient it gives it:
+    the range ends where the call's own backward does, whoever else reads the same tensor (siblings
+    on a shared input, a residual stream), instead of where the tensor's whole gradient is done. A
+    tensor nested deeper (in a tuple, a list or a dict) keeps the node that computed it, or a hook
+    where it is a leaf: its range ends where that tensor's gradient is complete."""
 
     # The hooks run on every module call of a training step: they stay flat (no frame they can
     # spare), measured in benchmarks/eager_hooks.py against hand-written hooks.
-    __slots__ = ("owner", "attributes", "inputs", "waiting", "opened", "task", "leaf_handles")
+    __slots__ = ("owner", "attributes", "inputs", "waiting", "opened", "task", "leaf_handles", "replaced", "aliases")
 
-    def __init__(self, owner: BackwardOwner, attributes: list[Any], args: Any, kwargs: Any = None) -> None:
-        """A call about to run with `args` and `kwargs` (from the forward pre-hook): notes the
-        nodes that computed its input tensors now, so that an in-place op in the call
-        (ReLU(inplace=True)) leaves the input as it came in. A leaf input (no node) gets a tensor
-        hook, which is dropped once it has fired: a leaf keeps its hooks."""
+    def __init__(self, owner: BackwardOwner, attributes: list[Any], args: Any, kwargs: Any = None, alias: bool = False) -> None:
+        """A call about to run with `args` and `kwargs` (from the forward pre-hook, registered with
+        ``with_kwargs``). With `alias`, `replaced` is what that hook returns: ``(args, kwargs)`` with
+        the aliases in, or None where no argument needed one. Without, each input tensor's own node
+        (a leaf's hook) ends the range, noted now, so that an in-place op in the call
+        (ReLU(inplace=True)) leaves the input as it came in."""
         self.owner, self.attributes = owner, attributes
         self.opened: Any = None  # what `open_backward` returned, while the range is open
         self.leaf_handles: list[Any] | None = None
+        self.replaced: tuple[Any, Any] | None = None
+        # Per alias: (the alias, its version, the node that computed the tensor); one triple alone in the usual call.
+        self.aliases: Any = None
         # One tensor in, one out: the usual call, without the general loop (measured: the
         # general loop alone made benchmarks/eager_hooks.py's forward-and-backward ratio about
         # 0.7% higher). Each Python frame or loop spared here counts: among a step's other code a
         # hook's frame measured about 1 us, far more than alone.
         if not kwargs and len(args) == 1 and isinstance(args[0], _Tensor or _tensor_type()):
             tensor = args[0]
-            if tensor.requires_grad:
-                node = tensor.grad_fn
-                if node is None:
-                    self.leaf_handles = [tensor.register_hook(self._leaf_done)]
-                else:
-                    (node.metadata.get(_EVENTS) or _new_events(node)).append((self, False))
-                self.inputs = 1
-            else:
+            if not tensor.requires_grad:
                 self.inputs = 0
+                return
+            self.inputs = 1
+            node = tensor.grad_fn
+            if alias:
+                made = tensor[...]
+                _new_events(made.grad_fn).append((self, False))
+                self.aliases = (made, made._version, node)
+                self.replaced = ((made,), kwargs if kwargs is not None else {})
+            elif node is None:
+                self.leaf_handles = [tensor.register_hook(self._leaf_done)]
+            else:
+                (node.metadata.get(_EVENTS) or _new_events(node)).append((self, False))
         else:
-            self._note_inputs(args, kwargs)
+            self._note_inputs(args, kwargs, alias)
 
-    def _note_inputs(self, args: Any, kwargs: Any) -> None:
+    def _note_inputs(self, args: Any, kwargs: Any, alias: bool) -> None:
         self.inputs = 0
+        tensor_type = _tensor_type()
+        if alias:
+            made: dict[int, Any] = {}  # id of a tensor -> its alias: a tensor passed twice (attn(h, h, h)) stays one
+
+            def alias_of(value: Any) -> Any:
+                if not isinstance(value, tensor_type) or not value.requires_grad:
+                    return value
+                found = made.get(id(value))
+                if found is None:
+                    found = made[id(value)] = value[...]
+                    _new_events(found.grad_fn).append((self, False))
+                    self.aliases = self.aliases or []
+                    self.aliases.append((found, found._version, value.grad_fn))
+                    self.inputs += 1
+                return found
+
+            new_args = tuple(alias_of(value) for value in args)
+            new_kwargs = {name: alias_of(value) for name, value in kwargs.items()} if kwargs else {}
+            if made:
+                self.replaced = (new_args, new_kwargs)
+            # Tensors nested in the arguments (a tuple, a list, a dict) keep their own nodes.
+            values = [value for value in (*args, *(kwargs.values() if kwargs else ())) if not isinstance(value, tensor_type)]
+            tensors = tensors_in(values) if values else []
+        else:
+            tensors = tensors_in(args) + tensors_in(kwargs) if kwargs else tensors_in(args)
         seen: list[Any] = []
-        for tensor in tensors_in(args) + tensors_in(kwargs) if kwargs else tensors_in(args):
+        for tensor in tensors:
             if not tensor.requires_grad:
                 continue
             node = tensor.grad_fn
@@ -87,8 +131,24 @@ class BackwardCall:
                 (node.metadata.get(_EVENTS) or _new_events(node)).append((self, False))
                 self.inputs += 1
 
+    def _after_in_place(self, alias: Any, version: int, node: Any) -> None:
+        """From the forward hook: where an in-place op of the call on `alias` (ReLU(inplace=True)) took
+        the alias's node out of the graph, that input is done where the tensor's whole gradient is, at
+        the node that computed it before the call (a leaf's alias allows no in-place op)."""
+        if alias._version != version and node is not None:
+            (node.metadata.get(_EVENTS) or _new_events(node)).append((self, False))
+
     def outputs_ready(self, output: Any) -> None:
         """Notes the nodes that computed the call's `output` (from the forward hook)."""
+        aliases = self.aliases
+        if aliases is not None:
+            self.aliases = None
+            if type(aliases) is tuple:  # the usual call: one alias, no in-place op
+                if aliases[0]._version != aliases[1]:
+                    self._after_in_place(*aliases)
+            else:
+                for each in aliases:
+                    self._after_in_place(*each)
         if isinstance(output, _Tensor or _tensor_type()):  # the usual call
             node = output.grad_fn
             if node is not None:

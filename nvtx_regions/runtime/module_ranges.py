@@ -122,10 +122,11 @@ def _nothing() -> None:
 class ModuleRanges:
     """The hooks of one owner (an annotation, a backend) on the modules it gives ranges (see the module doc)."""
 
-    def __init__(self, domain: Domain, *, on_traced: Callable[[], Any] = _nothing) -> None:
+    def __init__(self, domain: Domain, *, on_traced: Callable[[], Any] = _nothing, alias_inputs: bool = False) -> None:
         for function in BACKWARD_HOOK_FUNCTIONS:  # idempotent, and cheap: per front end, never per call
             run_outside_dynamo(function)
         self.domain = domain
+        self.alias_inputs = alias_inputs  # a call's backward range ends with its own backward (`BackwardCall`)
         self.ranges = HookRanges(calls_of(domain))
         self.targets: dict[int, HookTarget] = {}  # id of a module -> its target
         self.waits: CallsWait | None = None
@@ -196,8 +197,9 @@ class ModuleRanges:
         targets, ranges, front = self.targets, self.ranges, self
         local, stack_of, push, pop, domain = ranges.local, ranges.stack, ranges.push, ranges.pop, ranges.domain_argument
         in_backward, grad_enabled, compiling, new_call = ranges.autograd.graph_task_id, torch.is_grad_enabled, torch.compiler.is_compiling, BackwardCall
+        alias = self.alias_inputs
 
-        def forward_pre_hook(module: Any, args: Any, kwargs: Any = None) -> None:
+        def forward_pre_hook(module: Any, args: Any, kwargs: Any = None) -> tuple[Any, Any] | None:
             if compiling():  # under Dynamo: nothing; first, so Dynamo reads no more
                 on_traced()
                 return
@@ -209,14 +211,15 @@ class ModuleRanges:
             except AttributeError:
                 stack = stack_of()
             if target.gated or target.waits:
-                front._pre(target, module, stack, args, kwargs)
-                return
+                return front._pre(target, module, stack, args, kwargs)
             target.ran = True
             if in_backward() != -1:  # activation checkpointing's recompute (see the module doc)
-                call = new_call(ranges, target.backward_attributes, args, kwargs) if target.backward and grad_enabled() else None
+                call = new_call(ranges, target.backward_attributes, args, kwargs, alias) if target.backward and grad_enabled() else None
                 stack.append((target.key, 0, -1, call))
-                return
+                return None if call is None else call.replaced
             attributes = target.attributes
+            # Before the push: the inputs' aliases are the caller's work, not the call's.
+            call = new_call(ranges, target.backward_attributes, args, kwargs, alias) if target.backward and grad_enabled() else None
             # One range, the usual case, is pushed without a loop: in a training step, where the
             # hooks run among much other code, a loop measured about 1 us a call (eager_hooks.py).
             if len(attributes) == 1:
@@ -224,10 +227,11 @@ class ModuleRanges:
             else:
                 for each in attributes:
                     push(each, domain)
-            if target.backward and grad_enabled():
-                stack.append((target.key, len(attributes), -1, new_call(ranges, target.backward_attributes, args, kwargs)))
-            else:
+            if call is None:
                 stack.append(target.plain)
+                return None
+            stack.append((target.key, len(attributes), -1, call))
+            return call.replaced  # the arguments with their aliases (`BackwardCall`)
 
         def forward_hook(module: Any, args: Any, output: Any) -> None:
             if compiling():
@@ -265,8 +269,8 @@ class ModuleRanges:
 
         return run_outside_dynamo(forward_pre_hook), run_outside_dynamo(forward_hook)
 
-    def _pre(self, target: HookTarget, module: Any, stack: list, args: Any, kwargs: Any) -> None:
-        """A pre-hook's work where the target has gates or its calls may wait."""
+    def _pre(self, target: HookTarget, module: Any, stack: list, args: Any, kwargs: Any) -> tuple[Any, Any] | None:
+        """A pre-hook's work where the target has gates or its calls may wait; what the pre-hook returns."""
         import torch
 
         waits, decision = self.waits if target.waits else None, NOW
@@ -276,14 +280,14 @@ class ModuleRanges:
             decision = waits.decide(module) if target.waits == DECIDE else NOW
             if decision == WHOLE:  # its ranges are in its graph
                 stack.append((target.key, 0, -1, None))
-                return
+                return None
         noted = target.ran
         target.ran = True
         recompute = self.ranges.autograd.graph_task_id() != -1  # activation checkpointing (see the module doc)
         opened = [] if recompute else _open(target.forward)
         call = None
         if target.backward and torch.is_grad_enabled():
-            call = BackwardCall(self.ranges, _open(target.backward), args, kwargs)
+            call = BackwardCall(self.ranges, _open(target.backward), args, kwargs, self.alias_inputs)
         if waits is not None and decision == WAIT and opened:
             waits.wait(self.ranges, stack, opened, module, None if noted else target)
             opened = []
@@ -291,6 +295,7 @@ class ModuleRanges:
         for attributes in opened:
             push(attributes, domain)
         stack.append((target.key, len(opened), -1, call))
+        return None if call is None else call.replaced
 
 
 def _open(entries: list[tuple[int, Any, Any]]) -> list[Any]:

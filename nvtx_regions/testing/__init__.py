@@ -9,7 +9,8 @@ Run code under the capture tool: `capture_subprocess` (a fresh process, or a
 launcher and its workers), or `attach` before the process's first NVTX call
 and then ``with capture() as events:`` (the ``nvtx_capture`` fixture of
 `nvtx_regions.testing.pytest_plugin` does both). Assert on what came back:
-`NvtxEvent` items, `range_tree`/`start_end_ranges` of `Range` items,
+`NvtxEvent` items, `all_ranges` (every range, push/pop and start/end alike:
+what to count), `range_tree`/`start_end_ranges` of `Range` items,
 `flatten` for compact comparisons, and `check_balanced`/`balance_problems`
 (raising `UnbalancedRanges`). `unavailable_reason` says why the tool cannot
 be built here, for a skip. The default domain is ``domain=None``.
@@ -23,6 +24,7 @@ from ..capture.events import (
     NvtxEvent,
     Range,
     UnbalancedRanges,
+    all_ranges,
     balance_problems,
     check_balanced,
     flatten,
@@ -35,6 +37,7 @@ __all__ = [
     "NvtxEvent",
     "Range",
     "UnbalancedRanges",
+    "all_ranges",
     "attach",
     "balance_problems",
     "capture",
