@@ -609,3 +609,21 @@ def test_a_rule_that_selects_nothing_warns_once_naming_the_nearest_module():
     (warning,) = [w for w in seen if issubclass(w.category, NvtxRegionsWarning)]
     assert "rule 'each module <block.*>' (<select>:1) selected nothing in the graphs compiled so far" in str(warning.message)
     assert "nearest: blocks" in str(warning.message)
+
+
+def test_a_part_compiled_without_model_is_told_to_give_the_model():
+    """A block compiled on its own by a backend given no model= names its modules from the block
+    (``fc``, not ``blocks.0.fc``): the rule selects nothing, and the warning names model= as the way out."""
+    from nvtx_regions.inductor import NvtxInductor
+
+    torch._dynamo.reset()
+    model = make_blocks()
+    block = torch.compile(model.blocks[0], backend=NvtxInductor("each module <blocks.*.fc>"))
+    with pytest.warns(NvtxRegionsWarning) as seen:
+        with torch.no_grad():
+            block(blocks_input())
+            block(blocks_input())
+    (warning,) = [w for w in seen if issubclass(w.category, NvtxRegionsWarning)]
+    assert "selected nothing in the graphs compiled so far (this NvtxInductor was given no model=" in str(warning.message)
+    assert "NvtxInductor(spec, model=model) names them from the whole model" in str(warning.message)
+    torch._dynamo.reset()

@@ -202,3 +202,20 @@ def test_a_refusal_is_our_selector_error_naming_the_rule():
 
     with pytest.raises(SelectorError, match=r"^rule 'between t3\.\.t9' \(<select>:1\): not supported under Inductor"):
         check_spec(parse("between t3..t9"))
+
+
+def test_a_crossing_range_is_explained_in_kernels_not_bound_symbols():
+    """Inductor interleaved two modules' kernels: each range becomes a start/end range, and why says
+    so in Inductor's words (issue 49: it spoke of thunder's bound symbols)."""
+    kernels = [
+        _kernel(0, "extern_kernels.mm", ("mm", H0)),
+        _kernel(1, "extern_kernels.mm", ("mm", H1)),
+        _kernel(2, "extern_kernels.mm", ("mm", H0)),
+        _kernel(3, "extern_kernels.mm", ("mm", H1)),
+    ]
+    _, plan = _plan("each module <h.*>", kernels, "backward")
+    whys = {r.label: r.why for r in plan.ranges}
+    assert whys == {
+        "h.0 (backward)": "crosses 'h.1 (backward)' (kernels 1..3): the compiler (thunder, Inductor) interleaved their ops",
+        "h.1 (backward)": "crosses 'h.0 (backward)' (kernels 0..2): the compiler (thunder, Inductor) interleaved their ops",
+    }

@@ -263,6 +263,9 @@ def test_a_call_across_a_graph_break_has_eager_names_and_explain_says_where_they
     assert seen == [expected] * 3
     text = str(nvtx_regions.explain(compiled))
     assert "ranges from hooks (calls outside every graph): blocks.0, blocks.1" in text, text
+    # The rule is explained by its hooks, not as a rule that selected nothing (issue 49).
+    assert "  ranges from hooks, for its calls outside every graph: blocks.0, blocks.1" in text, text
+    assert "nothing selected" not in text, text
     torch._dynamo.reset()
 
 

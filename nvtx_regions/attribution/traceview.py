@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, ClassVar, Iterable, Sequence
 
 from ..core.bits import bit_positions
 from ..core.calls import common_chain
@@ -103,6 +103,9 @@ class TraceView:
     symbol's position in the full trace. `args` are the proxy names of the
     traced function's flattened arguments.
     """
+
+    program: ClassVar[str] = "trace"
+    units: ClassVar[str] = "bound symbols"
 
     ops: Sequence[Op]
     phase: Phase

@@ -24,7 +24,7 @@ Promises:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 from ..core.calls import Chain, ModuleCall
 from ..core.naming import class_name, module_call_name
@@ -59,6 +59,8 @@ class ModuleOp:
 class ModuleView(ChainView):
     """The modules of one model in one pass (see the module doc)."""
 
+    program: ClassVar[str] = "model"
+    units: ClassVar[str] = "module calls"
     ops: Sequence[ModuleOp]
     phase: Phase
     name: str  # the root's class name

@@ -423,7 +423,11 @@ class NvtxInductor(SpecHandle):
 
     def _report(self) -> None:
         # At run time (`_after`), outside Dynamo's compile, which would wrap a SelectorError in its own.
-        self.say_unselected("the graphs compiled so far", stacklevel=3)
+        where = "the graphs compiled so far"
+        if self._tree is None:  # the likeliest cause where a model's part was compiled: say the way out
+            where += (" (this NvtxInductor was given no model=, so module paths start at the module each graph "
+                      "compiles; NvtxInductor(spec, model=model) names them from the whole model)")  # fmt: skip
+        self.say_unselected(where, stacklevel=3)
 
     @classmethod
     def report_at_exit(cls, handles: list[Any]) -> None:

@@ -39,12 +39,24 @@ def _hooked(backend: NvtxInductor) -> list[str]:
     return [f"ranges from hooks (calls outside every graph): {', '.join(paths)}"] if paths else []
 
 
+def _from_hooks(backend: NvtxInductor) -> dict[int, str]:
+    """Per rule of the backend's spec whose ranges hooks gave (calls outside every graph): that line."""
+    paths: dict[int, list[str]] = {}
+    for calls in backend.outside.all():
+        for target in calls.ran():
+            for rule in target.rules:
+                paths.setdefault(rule, []).append(target.path)
+    return {rule: f"ranges from hooks, for its calls outside every graph: {', '.join(dict.fromkeys(found))}"
+            for rule, found in paths.items()}  # fmt: skip
+
+
 def explain_graphs(backend: NvtxInductor, spec: Spec | None = None, *, max_ops: int = 12) -> Explanation:
     """The explanation of `spec` (by default the backend's own) over every graph `backend` placed
-    ranges in (see the module doc). Raises `SelectorError` for a spec error."""
+    ranges in (see the module doc); a rule whose ranges hooks gave says so, not that it selected
+    nothing. Raises `SelectorError` for a spec error."""
     graphs = list(backend.graphs)
     views = [placed.view for placed in graphs]
-    return explain_views(
+    explanation = explain_views(
         backend.compiled if spec is None else restrict(compile_spec(spec), "inductor"),
         views,
         unit="kernel",
@@ -57,3 +69,6 @@ def explain_graphs(backend: NvtxInductor, spec: Spec | None = None, *, max_ops: 
         max_ops=max_ops,
         domain=backend.domain_name,
     )
+    if spec is None:
+        explanation.elsewhere = _from_hooks(backend)
+    return explanation

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import ClassVar, Sequence
 
 from ..core.calls import Chain, ModuleCall, common_chain
 from ..core.markers import Marker, MarkerStack
@@ -83,6 +83,8 @@ class Kernel:
 class KernelView(ChainView):
     """The kernel calls of one compiled graph (forward or backward), in order."""
 
+    program: ClassVar[str] = "graph"
+    units: ClassVar[str] = "kernels"
     ops: Sequence[Kernel]
     phase: Phase
     name: str  # the graph's name in reports: "graph 0 (forward)"

@@ -21,6 +21,10 @@ breaks without it. Everything outside this sub-package uses public APIs only
 - `frames`: frame walks (the caller's line, whether a backward follows), and
   where a failed call stopped (a traceback's frame, its line, its locals).
 - `autograd`: torch's private autograd state for the eager hooks.
+- `dynamo`: Dynamo's and AOTAutograd's run time (a compiled graph's call, its
+  backward node, the recompile limit, what Dynamo is tracing), and
+  `run_outside_dynamo`, the one way every hook and callback nvtx_regions
+  installs is made: Dynamo compiles none of them, nor anything they call.
 - `nvtx_calls`: nvtx's C functions for the runtime.
 - `inductor`: Inductor's code generation, where the ranges go; `inductor_origins`:
   what the FX nodes say of their modules; `inductor_reaches`: everything of

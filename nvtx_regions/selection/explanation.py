@@ -66,6 +66,7 @@ class Explanation:
     max_ops: int = 12
     programs: list[Program] = field(default_factory=list)
     header: str = ""  # a first line saying what was explained, where the programs need one
+    elsewhere: dict[int, str] = field(default_factory=dict)  # per rule: the ranges it got outside the programs
 
     @property
     def unsupported(self) -> dict[int, str]:
@@ -82,7 +83,9 @@ class Explanation:
             out.append(f"{rule.describe()}: {rule.ranges_text}{gate}")
             for found in per_trace:
                 out += self._rule_in_trace(found)
-            if rule.number in self.reasons:
+            if rule.number in self.elsewhere:
+                out.append(f"  {self.elsewhere[rule.number]}")
+            elif rule.number in self.reasons:
                 out.append(f"  nothing selected: {self.reasons[rule.number]}")
         for program in self.programs:
             if program.listing:

@@ -150,7 +150,7 @@ def _start_end_where_calls_cross(regions: list[PlannedRange], spec: CompiledSpec
             if not (first.placed_by_compiler or second.placed_by_compiler):
                 raise SelectorError(
                     f"{first.describe()} and {second.describe()} overlap without nesting in the "
-                    f"{view.phase} trace {view.name!r} (bound symbols {outer.start}..{outer.end} "
+                    f"{view.phase} {view.program} {view.name!r} ({view.units} {outer.start}..{outer.end} "
                     f"and {inner.start}..{inner.end}); NVTX ranges must nest, so make one region "
                     "contain the other or keep them apart"
                 )
@@ -164,7 +164,7 @@ def _start_end_where_calls_cross(regions: list[PlannedRange], spec: CompiledSpec
         replace(
             region,
             style="StartEnd",
-            why=f"crosses {crossed[n].label!r} (bound symbols {crossed[n].start}..{crossed[n].end}): "
+            why=f"crosses {crossed[n].label!r} ({view.units} {crossed[n].start}..{crossed[n].end}): "
             "the compiler (thunder, Inductor) interleaved their ops",
         )
         if n in crossed

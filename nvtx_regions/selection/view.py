@@ -39,6 +39,8 @@ class View(Protocol):
     phase: Phase
     name: str
     forward: View | None  # a backward's forward, when known
+    program: str  # what the program is, in its backend's words: "trace", "graph", "model"
+    units: str  # what its positions count: "bound symbols", "kernels", "module calls"
     __dict__: dict[str, Any]
 
     @property
