@@ -424,7 +424,7 @@ class NvtxInductor(SpecHandle):
     def _report(self) -> None:
         # At run time (`_after`), outside Dynamo's compile, which would wrap a SelectorError in its own.
         where = "the graphs compiled so far"
-        if self._tree is None:  # the likeliest cause where a model's part was compiled: say the way out
+        if self._tree is None and any(placed.view.classes for placed in self.graphs):  # a module's part compiled
             where += (" (this NvtxInductor was given no model=, so module paths start at the module each graph "
                       "compiles; NvtxInductor(spec, model=model) names them from the whole model)")  # fmt: skip
         self.say_unselected(where, stacklevel=3)
