@@ -38,7 +38,9 @@ from typing import Any, TypeVar
 
 from .runtime.handle import HANDLE
 from .core.naming import DEFAULT_DOMAIN
+from .core.errors import SelectorError, SelectorSyntaxError
 from .core.profiling import BACKENDS, DEFAULT_SELECT, ENV_BACKEND, ENV_SPEC, STEP_CATEGORY, step_message
+from .language.parse import load
 
 __all__ = ["compile", "steps", "default_backend", "BACKENDS", "ENV_BACKEND", "ENV_SPEC", "DEFAULT_SELECT"]
 
@@ -64,6 +66,25 @@ def _backend(backend: str | None) -> str:
     return chosen
 
 
+def _spec_from_environment() -> str | None:
+    """The spec file ``$NVTX_REGIONS_SPEC`` names (None where it is not set), checked now so that an
+    error names the variable: an empty value, or a file that cannot be read."""
+    value = os.environ.get(ENV_SPEC)
+    if value is None:
+        return None
+    if not value.strip():
+        raise SelectorError(
+            f"${ENV_SPEC} is set but empty: name a .nvtx spec file there, or unset it for the default spec, {DEFAULT_SELECT!r}"
+        )
+    try:
+        load(value)
+    except SelectorSyntaxError:
+        raise  # it names the file, its line and column
+    except SelectorError as error:
+        raise SelectorError(f"${ENV_SPEC}={value!r}: {error}") from None
+    return value
+
+
 def compile(
     model: Any,
     select: str | None = None,
@@ -82,7 +103,8 @@ def compile(
     select, spec, domain, strict, emit: as for `NvtxProfileTransform` (`emit`: where the ranges
     go, ``"nvtx"``, ``"record_function"`` for torch.profiler, or both). With neither
     `select` nor `spec`, the spec is the file in ``$NVTX_REGIONS_SPEC`` when
-    set (``nvtx-regions profile`` sets it), else ``each module <**>``.
+    set (``nvtx-regions profile`` sets it), else ``each module <**>``; an empty
+    value, or a file that cannot be read, is a `SelectorError` naming the variable.
     backend: ``"eager"``, ``"thunder"`` or ``"inductor"``; None takes
     ``$NVTX_REGIONS_BACKEND``, else `default_backend()`: ``"inductor"``, even
     where lightning-thunder is installed (thunder runs only when named). A backend given here that
@@ -107,7 +129,7 @@ def compile(
     if within is not None:
         _check_within(model, within, chosen)
     if select is None and spec is None:
-        spec = os.environ.get(ENV_SPEC) or None
+        spec = _spec_from_environment()
         select = DEFAULT_SELECT if spec is None else None
     if chosen == "eager":
         from .emission.eager import annotate

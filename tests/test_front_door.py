@@ -358,3 +358,28 @@ def test_one_row_of_words_per_backend():
 
     assert set(WORDS) == set(BACKENDS)
     assert [restrict(compile_spec(parse("all")), name).backend for name in BACKENDS] == list(BACKENDS)
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("", "$NVTX_REGIONS_SPEC is set but empty: name a .nvtx spec file there, or unset it for the default spec, 'each module <**>'"),
+        ("  ", "$NVTX_REGIONS_SPEC is set but empty"),
+        ("no/such.nvtx", "$NVTX_REGIONS_SPEC='no/such.nvtx': no/such.nvtx: no such spec file; check the path"),
+    ],
+    ids=["empty", "blank", "missing"],
+)
+def test_a_bad_spec_in_the_environment_is_refused_naming_the_variable(monkeypatch, value, message):
+    monkeypatch.setenv("NVTX_REGIONS_SPEC", value)
+    with pytest.raises(nvtx_regions.SelectorError) as error:
+        nvtx_regions.compile(torch.nn.Linear(2, 2), backend="eager")
+    assert str(error.value).startswith(message), str(error.value)
+
+
+def test_a_spec_in_the_environment_is_used(monkeypatch, tmp_path):
+    spec = tmp_path / "linear.nvtx"
+    spec.write_text("each class <Linear>\n")
+    monkeypatch.setenv("NVTX_REGIONS_SPEC", str(spec))
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    compiled = nvtx_regions.compile(model, backend="eager")
+    assert "each class <Linear>" in str(nvtx_regions.explain(compiled))

@@ -230,3 +230,15 @@ def test_a_duration_reads_in_the_largest_unit_it_reaches(ns, text):
 
 def test_a_ratio_keeps_three_digits_below_one_tenth():
     assert [format_ratio(r) for r in (1.594, 0.1, 0.000333, None)] == ["1.59", "0.10", "0.000333", "-"]
+
+
+def test_a_reader_that_closes_the_pipe_early_stops_the_command_quietly():
+    """``nvtx-regions ... | head -1``: no BrokenPipeError traceback, and the status of a process
+    SIGPIPE ended (141), whether the pipe closes before the command writes or as it flushes."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "nvtx_regions", "grammar"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    process.stdout.close()  # the reader is gone before the first line
+    stderr = process.stderr.read().decode()
+    assert process.wait(timeout=120) == 141, stderr
+    assert stderr == "", stderr

@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from ..core.errors import CaptureFileError, SelectorError
-from .status import EPILOG, PROBLEM_FOUND, USAGE_ERROR, UsageError
+from .status import CLOSED_PIPE, EPILOG, PROBLEM_FOUND, USAGE_ERROR, UsageError
 
 __all__ = ["COMMANDS", "RUNNERS", "build_parser", "command_parsers", "main"]
 
@@ -114,7 +115,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.name in RUNNERS:
             args.command = _child_command(child, args.example)
-        return args.run(args)
+        status = args.run(args)
+        sys.stdout.flush()  # a pipe closed early shows here, not as Python exits
+        return status
+    except BrokenPipeError:
+        # The reader closed the pipe (`... | head -1`): stop quietly, as `cat` does, with the status of a
+        # process ended by SIGPIPE; what is left to flush goes nowhere, or Python's exit would raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return CLOSED_PIPE
     except (UsageError, SelectorError) as error:
         print(f"nvtx-regions {args.name}: {error}", file=sys.stderr)
         return USAGE_ERROR

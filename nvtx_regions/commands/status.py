@@ -9,6 +9,8 @@ status  meaning
         no rules, nothing jitted to explain, a trace that could not be written)
 2       a usage or spec error: a bad command line, a spec that does not parse or
         compile, an output that cannot be used; nothing ran
+141     the reader of standard output closed it early (``... | head -1``): the command
+        stops quietly, with the status of a process SIGPIPE ended (128 + 13)
 N       a runner's child (capture, explain): its own status, 128 + S when signal S
         killed it, as a shell reports it
 ======  ===========================================================================
@@ -20,15 +22,16 @@ standard error; argparse's own errors exit 2 too.
 
 from __future__ import annotations
 
-__all__ = ["OK", "PROBLEM_FOUND", "USAGE_ERROR", "EPILOG", "UsageError", "child_status"]
+__all__ = ["OK", "PROBLEM_FOUND", "USAGE_ERROR", "CLOSED_PIPE", "EPILOG", "UsageError", "child_status"]
 
 OK = 0
 PROBLEM_FOUND = 1
 USAGE_ERROR = 2
+CLOSED_PIPE = 128 + 13  # SIGPIPE
 
 EPILOG = (
     "exit status: 0 ok; 1 a problem found (no ranges, nothing to compare, an unreadable capture "
-    "or report); 2 a usage or spec error; capture and explain pass their command's status through "
+    "or report); 2 a usage or spec error; 141 standard output closed early (| head); capture and explain pass their command's status through "
     "(128 + N when signal N killed it)"
 )
 
