@@ -31,8 +31,8 @@ CLOSED_PIPE = 128 + 13  # SIGPIPE
 
 EPILOG = (
     "exit status: 0 ok; 1 a problem found (no ranges, nothing to compare, an unreadable capture "
-    "or report); 2 a usage or spec error; 141 standard output closed early (| head); capture and explain pass their command's status through "
-    "(128 + N when signal N killed it)"
+    "or report); 2 a usage or spec error; 141 standard output closed early (| head); capture and explain "
+    "pass their command's status through (128 + N when signal N killed it)"
 )
 
 

@@ -316,12 +316,10 @@ class NvtxInductor(SpecHandle):
         self.outside.first_step_over()
         if "no wrapper" in self._said and not self.graphs:
             return  # no graph could hold a range (a C++ wrapper): said once already
-        if outsides:
-            # The calls that ran outside every graph had their ranges from hooks: their rules selected.
-            for outside in outsides:
-                for target in outside.ran():
-                    for rule in target.rules:
-                        self.tally.ranges[rule] = max(self.tally.ranges[rule], 1)
+        # The calls that ran outside every graph had their ranges from hooks: their rules selected.
+        for rules in self.outside.ranges_from_hooks().values():
+            for rule in rules:
+                self.tally.ranges[rule] = max(self.tally.ranges[rule], 1)
         self._report()
 
     def _say(self, what: str, message: str) -> None:

@@ -42,12 +42,10 @@ def _hooked(backend: NvtxInductor) -> list[str]:
 def _from_hooks(backend: NvtxInductor) -> dict[int, str]:
     """Per rule of the backend's spec whose ranges hooks gave (calls outside every graph): that line."""
     paths: dict[int, list[str]] = {}
-    for calls in backend.outside.all():
-        for target in calls.ran():
-            for rule in target.rules:
-                paths.setdefault(rule, []).append(target.path)
-    return {rule: f"ranges from hooks, for its calls outside every graph: {', '.join(dict.fromkeys(found))}"
-            for rule, found in paths.items()}  # fmt: skip
+    for path, rules in backend.outside.ranges_from_hooks().items():
+        for rule in rules:
+            paths.setdefault(rule, []).append(path)
+    return {rule: f"ranges from hooks, for its calls outside every graph: {', '.join(found)}" for rule, found in paths.items()}
 
 
 def explain_graphs(backend: NvtxInductor, spec: Spec | None = None, *, max_ops: int = 12) -> Explanation:

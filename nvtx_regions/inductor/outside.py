@@ -273,11 +273,15 @@ class EveryModel:
         handle = model.register_forward_hook(run_outside_dynamo(after_first_call))
         self._watches.append(handle)
 
-    def ranges_from_hooks(self) -> list[str]:
-        """The paths whose calls got a range from the hooks so far, in the order of the model's modules."""
-        ran = {target.path for calls in self.all() for target in calls.ran()}
+    def ranges_from_hooks(self) -> dict[str, set[int]]:
+        """The paths whose calls got a range from the hooks so far, in the order of the model's modules,
+        each with the numbers of the rules whose ranges they got."""
+        ran: dict[str, set[int]] = {}
+        for calls in self.all():
+            for target in calls.ran():
+                ran.setdefault(target.path, set()).update(target.rules)
         first = next(iter(self.all()), None)
-        return [path for path in (first.selected if first else []) if path in ran]
+        return {path: ran[path] for path in (first.selected if first else []) if path in ran}
 
     def all(self) -> list[OutsideCalls]:
         return list(self._calls.values())

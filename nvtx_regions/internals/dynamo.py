@@ -170,7 +170,7 @@ def run_outside_dynamo(function: Callable[..., Any]) -> Callable[..., Any]:
     makes no graph."""
     from torch._C._dynamo.eval_frame import _FrameAction, _FrameExecStrategy, set_code_exec_strategy
 
-    code = getattr(function, "__code__", None) or function.__func__.__code__
+    code = _code_of(function)
     if code not in _marked:
         set_code_exec_strategy(code, _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP))
         _marked.add(code)
@@ -180,11 +180,12 @@ def run_outside_dynamo(function: Callable[..., Any]) -> Callable[..., Any]:
 def marked_outside_dynamo(function: Any) -> bool:
     """Whether `function` (a function, a bound method, or an object whose ``__call__`` is one) was
     made by `run_outside_dynamo`."""
-    for candidate in (function, getattr(function, "__func__", None), getattr(type(function), "__call__", None)):
-        code = getattr(candidate, "__code__", None) or getattr(getattr(candidate, "__func__", None), "__code__", None)
-        if code is not None and code in _marked:
-            return True
-    return False
+    return _code_of(function) in _marked or _code_of(type(function).__call__) in _marked
+
+
+def _code_of(function: Any) -> Any:
+    """The code object of a function or a bound method (None for anything else)."""
+    return getattr(function, "__code__", None) or getattr(getattr(function, "__func__", None), "__code__", None)
 
 
 def _translator() -> Any:

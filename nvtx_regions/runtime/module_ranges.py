@@ -20,8 +20,8 @@ by its id. Both front ends' calls behave alike:
 - Under Dynamo the hooks do nothing but call `on_traced` (traced into a graph they would break
   it); Dynamo never compiles them, nor what they call, as frames of their own
   (`internals.dynamo.run_outside_dynamo`), so a hook that runs in Python inside a compiled call
-  (``fullgraph=True`` too) keeps its range and adds no compile. A module this front end did not hook (a deep copy's, which carries copies of the hook
-  dicts) gets nothing from them.
+  (``fullgraph=True`` too) keeps its range and adds no compile. A module this front end did not
+  hook (a deep copy's, which carries copies of the hook dicts) gets nothing from them.
 - `recover_at_root()`, called where a root call starts, pops what a failed backward or an
   interrupted forward left open (`HookRanges.recover`).
 - A `CallsWait` (Inductor's first step: `inductor.first_step`) may make a call's forward ranges
