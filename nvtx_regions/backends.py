@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 from .runtime.handle import HANDLE
 from .core.naming import DEFAULT_DOMAIN
 from .core.errors import SelectorError, SelectorSyntaxError
-from .core.profiling import BACKENDS, DEFAULT_SELECT, ENV_BACKEND, ENV_SPEC, STEP_CATEGORY, step_message
+from .core.profiling import BACKENDS, DEFAULT_SELECT, ENV_BACKEND, ENV_SPEC
 from .language.parse import load
 
 __all__ = ["compile", "steps", "default_backend", "BACKENDS", "ENV_BACKEND", "ENV_SPEC", "DEFAULT_SELECT"]
@@ -264,7 +264,9 @@ def steps(iterable: Iterable[T], *, domain: str | None = DEFAULT_DOMAIN, emit: A
     The range is pushed before an item is handed out and popped when the loop
     asks for the next one, or when it ends (``break`` and exceptions too:
     the generator is closed then). Its NVTX category is ``nvtx_regions.steps``
-    (one row in a per-rule summary). `domain`: the spec's NVTX domain, so that
+    (one row in a per-rule summary). In torch.profiler (``emit="record_function"``)
+    the range is named as torch's own ``profile.step()`` names a step,
+    ``ProfilerStep#N``, so that HTA and TensorBoard find each step as an iteration. `domain`: the spec's NVTX domain, so that
     ``nvtx-regions profile`` (and nsys's domain filter) sees the steps; `emit`: where they go,
     as for `compile` (None: ``$NVTX_REGIONS_EMIT``, else NVTX). Ranges
     that a failed eager backward left open in the step are closed before it ends.
@@ -280,7 +282,7 @@ def steps(iterable: Iterable[T], *, domain: str | None = DEFAULT_DOMAIN, emit: A
     try:
         for number, item in enumerate(iterable):
             loop.at(number)
-            calls.push(marks.attributes(step_message(number), category=STEP_CATEGORY), calls.domain_argument)
+            calls.push(marks.step_attributes(number), calls.domain_argument)
             try:
                 yield item
             finally:

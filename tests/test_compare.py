@@ -108,7 +108,10 @@ def test_command_errors(files, tmp_path, capsys):
         f"nvtx-regions compare: {bad}: not a Chrome trace (expected a 'traceEvents' list or a list of events); "
         "pass a file written by 'nvtx-regions capture -o FILE.json'\n"
     )
-    bad.write_text("{")
+    bad.write_text("{")  # cut short: the run that wrote it was killed
+    assert main(["compare", str(bad), str(a)]) == 1
+    assert "cut short" in capsys.readouterr().err
+    bad.write_text("{nonsense}")
     assert main(["compare", str(bad), str(a)]) == 1
     assert "not JSON" in capsys.readouterr().err
     empty = tmp_path / "empty.json"

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 import nvtx_regions
+from nvtx_regions.core.profiling import PROFILER_STEP
 from nvtx_regions.testing import capture_subprocess, unavailable_reason
 
 WORKER = Path(__file__).parent / "workers" / "profiler_sink.py"
@@ -41,9 +42,9 @@ def inside(event: dict, outer: dict) -> bool:
 
 
 def per_step(trace: Path) -> dict[int, collections.Counter]:
-    """Per ``step N`` range: how many of each of our ranges it holds."""
+    """Per step range (``ProfilerStep#N`` in torch.profiler): how many of each of our ranges it holds."""
     found = annotations(trace)
-    steps = {int(e["name"].split()[1]): e for e in found if e["name"].startswith("step ")}
+    steps = {int(e["name"][len(PROFILER_STEP) :]): e for e in found if e["name"].startswith(PROFILER_STEP)}
     return {n: collections.Counter(e["name"] for e in found if e["name"] in OURS and inside(e, s)) for n, s in steps.items()}
 
 
@@ -82,7 +83,7 @@ def test_both_sinks_give_the_same_ranges(backend, tmp_path):
             assert any(inside(op, event) for op in matmuls), f"{event['name']} at {event['ts']} holds no matmul"
     # The NVTX capture of the same run: the same ranges, in the same order.
     pushed = [e.message for e in nvtx_events if e.kind in ("push", "start") and e.message in OURS | {f"step {n}" for n in range(3)}]
-    in_trace = [e["name"] for e in annotations(trace) if e["name"] in OURS or e["name"].startswith("step ")]
+    in_trace = [e["name"].replace(PROFILER_STEP, "step ") for e in annotations(trace) if e["name"] in OURS or e["name"].startswith(PROFILER_STEP)]
     assert pushed == in_trace
 
 
@@ -97,7 +98,19 @@ def test_record_function_alone_leaves_nvtx_empty(tmp_path):
 
 def test_nvtx_alone_leaves_the_profiler_trace_without_ours(tmp_path):
     trace, _ = run("eager", "nvtx", tmp_path, capture=False)
-    assert not {e["name"] for e in annotations(trace)} & (OURS | {"step 0"})
+    ours = lambda path: {e["name"] for e in annotations(path)} & (OURS | {f"{PROFILER_STEP}{n}" for n in range(3)})  # noqa: E731
+    # Not an empty trace: the profiler recorded the 3 steps' ops (each step, 2 Linear forwards
+    # and their 4 backward matmuls), where our ranges would be.
+    matmuls = collections.Counter(e["name"] for e in ops(trace) if e["name"] in ("aten::addmm", "aten::mm"))
+    assert matmuls == {"aten::addmm": 2 * 3, "aten::mm": 4 * 3}, matmuls
+    assert ours(trace) == set()
+    # The positive control: the same check on this trace with one of our ranges planted around a
+    # forward matmul, as record_function would have put it, finds it.
+    planted = json.loads(trace.read_text())
+    addmm = next(e for e in planted["traceEvents"] if e.get("cat") == "cpu_op" and e["name"] == "aten::addmm")
+    planted["traceEvents"].append({**addmm, "cat": "user_annotation", "name": "blocks.0", "args": {}})
+    (tmp_path / "planted.json").write_text(json.dumps(planted))
+    assert ours(tmp_path / "planted.json") == {"blocks.0"}
 
 
 def _crossings(trace: Path) -> int:

@@ -2,8 +2,9 @@
 
 docs/profile.md's command runs for real on examples/train.py (a 2-block model,
 4 steps). Each backend's exported Chrome trace (what Perfetto, TensorBoard and
-HTA read) is checked on its own, straight from its JSON: per ``step N``, each
-block's forward and backward range once. The printed table is checked against
+HTA read) is checked on its own, straight from its JSON: per step range
+(``ProfilerStep#N``), each block's forward and backward range once; and HTA
+0.5.0's own ``TraceAnalysis`` finds each of the 4 steps as an iteration. The printed table is checked against
 the same traces: its title names the time and where it comes from, its rows
 are the blocks in both passes, with one range per measured step, and its
 medians are those of the traces' ranges (the lower middle one of an even n); the page shows a real run of it.
@@ -21,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from test_profile import PYTHON, TORCHRUN, doc_block, ns_of, profile, table_cells
+from nvtx_regions.core.profiling import PROFILER_STEP
 from nvtx_regions.report.backends_table import TORCH_CPU_TIME, TORCH_GPU_TIME, BackendRun, compare_backends
 from nvtx_regions.report.reader import read_ranges
 
@@ -40,16 +42,16 @@ def inside(event: dict, outer: dict) -> bool:
 
 
 def per_step(trace: Path) -> dict[int, collections.Counter]:
-    """Per ``step N`` range: how many of each block range it holds."""
+    """Per step range (``ProfilerStep#N``, torch.profiler's name for a step): how many of each block range it holds."""
     found = annotations(trace)
-    steps = {int(e["name"].split()[1]): e for e in found if e["name"].startswith("step ")}
+    steps = {int(e["name"][len(PROFILER_STEP) :]): e for e in found if e["name"].startswith(PROFILER_STEP)}
     return {n: collections.Counter(e["name"] for e in found if e["name"] in NAMES and inside(e, s)) for n, s in steps.items()}
 
 
 def durations_ns(trace: Path, name: str, steps: set[int]) -> list[float]:
     """The durations (ns) of the ranges `name` inside the given steps, from the JSON alone."""
     found = annotations(trace)
-    outer = [e for e in found if e["name"] in {f"step {n}" for n in steps}]
+    outer = [e for e in found if e["name"] in {f"{PROFILER_STEP}{n}" for n in steps}]
     return [e["dur"] * 1000 for e in found if e["name"] == name and any(inside(e, s) for s in outer)]
 
 
@@ -65,12 +67,22 @@ def run_doc_command(tmp_path: Path, backends: str):
     return out, done
 
 
+def hta_iterations(trace: Path) -> list[int]:
+    """The iterations Holistic Trace Analysis finds in the folder of `trace` (its last one too: ours
+    ends with the loop, where torch's own last step is cut short by the profiler's stop)."""
+    from hta.trace_analysis import TraceAnalysis
+
+    return [int(n) for n in TraceAnalysis(trace_dir=str(trace.parent), include_last_profiler_step=True).t.get_iterations()]
+
+
 def check(out: Path, done, backends: list[str]) -> None:
     for number, backend in enumerate(backends, 1):
         assert f"nvtx-regions profile: {backend} ({number}/{len(backends)}) under torch.profiler: " in done.stdout
         # --steps 4: steps 0..3, each block once each way in every one of them.
         expected = collections.Counter(NAMES)
         assert per_step(out / backend / "rank0.pt.trace.json") == {n: expected for n in range(4)}, backend
+        # HTA, the real one, finds each step as an iteration.
+        assert hta_iterations(out / backend / "rank0.pt.trace.json") == [0, 1, 2, 3], backend
     assert done.stdout.count(f"{TORCH_CPU_TIME} per module call: median over the measured steps") == 1  # no GPU here
     head, cells, _ = table_cells(done.stdout)
     assert head[: 2 + len(backends)] == ["module", "pass", *backends]
@@ -90,6 +102,12 @@ def check(out: Path, done, backends: list[str]) -> None:
 def test_the_pages_command_on_eager_and_inductor(tmp_path):
     out, done = run_doc_command(tmp_path, "eager,inductor")
     check(out, done, ["eager", "inductor"])
+    # The positive control: the same trace with its steps named as nvtx_regions once named them there,
+    # ``step N``, gives HTA no iteration.
+    old = tmp_path / "old_names" / "rank0.pt.trace.json"
+    old.parent.mkdir()
+    old.write_text((out / "eager" / "rank0.pt.trace.json").read_text().replace(f'"{PROFILER_STEP}', '"step '))
+    assert hta_iterations(old) == []
     # The page shows a real run of it (times vary, and the order of rows with them).
     numbers = re.compile(r"\d+(\.\d+)? (s|ms|us|ns)|\d+\.\d+")
 
@@ -147,7 +165,7 @@ def test_under_torchrun_one_trace_per_rank(tmp_path):
     # One trace per worker; torchrun's own process, which ran no range, wrote none.
     assert sorted(path.name for path in (out / "eager").glob("*.json")) == ["rank0.pt.trace.json", "rank1.pt.trace.json"]
     names = {rank: {e["name"] for e in annotations(out / "eager" / f"rank{rank}.pt.trace.json")} for rank in (0, 1)}
-    assert "layers.2" in names[1] and "layers.2" not in names[0] and {"layers.1", "layers.1 (backward)", "step 2"} <= names[0]
+    assert "layers.2" in names[1] and "layers.2" not in names[0] and {"layers.1", "layers.1 (backward)", "ProfilerStep#2"} <= names[0]
     _, cells, _ = table_cells(done.stdout)
     assert set(cells) == {(f"layers.{layer}", phase) for layer in range(3) for phase in PASSES}
 
@@ -164,7 +182,7 @@ def test_the_table_reads_regions_and_gpu_times_of_torch_traces(tmp_path):
     events = []
     for step in range(3):
         at = step * 100.0
-        events += [event("user_annotation", f"step {step}", at, 90, 10 * step), event("user_annotation", "ffn", at + 10, 50, 10 * step + 1),
+        events += [event("user_annotation", f"ProfilerStep#{step}", at, 90, 10 * step), event("user_annotation", "ffn", at + 10, 50, 10 * step + 1),
                    event("user_annotation", "blocks.0", at + 12, 20, 10 * step + 2),
                    event("gpu_user_annotation", "ffn", at + 20, 4.0 + step, 10 * step + 1, pid=0, tid=9),
                    event("kernel", "gemm", at + 20, 1, None, pid=0, tid=9)]  # fmt: skip

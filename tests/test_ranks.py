@@ -60,6 +60,12 @@ def write_capture(path: Path, ranks: dict[int, list[RangeRecord]]) -> None:
         writer.close([ProcessInfo(1000 + rank, rank) for rank in ranks])
 
 
+@pytest.fixture(autouse=True)
+def no_width(monkeypatch):
+    """The table as printed to a file or pipe, every column: pytest-xdist's workers set COLUMNS=80."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+
 def node(folder: Path, ranks: range | list[int], *, world: int | None, slow: int | None = None,
          spec: str = SPEC, backends: tuple[str, ...] = ("eager", "inductor")) -> Path:  # fmt: skip
     """A profile folder of one node that ran `ranks` (of `world`), under the capture tool."""
@@ -104,10 +110,10 @@ def test_two_nodes_merge_into_one_table_that_names_the_slow_rank(tmp_path, capsy
     with open(tmp_path / "merged" / "profile.csv", newline="") as stream:
         lines = list(csv.reader(stream))
     assert tuple(lines[0]) == CSV_COLUMNS
-    keys = {(b, int(r), m, p) for b, r, m, p, _, _ in lines[1:]}
+    keys = {(b, int(r), m, p) for b, r, m, p, *_ in lines[1:]}
     assert keys == {(b, r, m, p) for b in ("eager", "inductor") for r in range(8) for m in BLOCKS for p in ("forward", "backward")}
-    slow = [float(median) for b, r, m, p, n, median in lines[1:] if (r, m, p) == ("6", "blocks.1", "forward")]
-    assert slow == [30_116.0, 30_116.0] and {n for *_, n, _ in lines[1:]} == {"3"}  # steps 2..4 of 0..4
+    slow = [float(median) for b, r, m, p, n, median, *_ in lines[1:] if (r, m, p) == ("6", "blocks.1", "forward")]
+    assert slow == [30_116.0, 30_116.0] and {n for _, _, _, _, n, *_ in lines[1:]} == {"3"}  # steps 2..4 of 0..4
     svg = (tmp_path / "merged" / "ranks.svg").read_text()
     for backend in ("eager", "inductor"):  # the chart names the slowest rank of the row on top, per backend
         group = svg[svg.index(f'id="slowest:blocks.1:forward:{backend}"') :]
@@ -128,13 +134,13 @@ def test_the_table_orders_rows_by_imbalance_and_names_the_slowest_rank():
     assert cell.median_ns == 111 * US and cell.imbalance == pytest.approx((30_000 + 112) / 111)
     assert [row.imbalance for row in table.rows] == sorted((row.imbalance for row in table.rows), reverse=True)
     text = render_ranks(table)
-    assert "rank 2" in first_line(text) and "3: 30.11 ms..30.11 ms" in first_line(text)
+    assert "rank 2, 271.28x" in first_line(text) and "110.0 us..30.11 ms" in first_line(text)
 
 
 def test_one_spike_over_two_calls_does_not_lead_the_table():
     """Two measured calls of 0.25 ms and 125 ms (a compile, a page fault): the row's figure is the
-    0.25 ms call, not their mean, and its spread shows the spike."""
-    assert Timing.of([250_000, 125_000_000]) == Timing(2, 250_000, 250_000, 125_000_000)
+    0.25 ms call, not their mean, and the spike is an outlier, with its step."""
+    assert Timing.of([250_000, 125_000_000]) == Timing(2, 250_000, 250_000, 125_000_000, None, 1)
     rows = RowKinds.of(None)
     summaries = {
         r: summarize(rank_records(r, slow=None, steps=4, spike=("blocks.0", 3) if r == 1 else None), None, rank=r, rows=rows, warmup=1)
@@ -142,8 +148,9 @@ def test_one_spike_over_two_calls_does_not_lead_the_table():
     }
     table = compare_ranks([BackendRanks("eager", summaries)], warmup=1)
     spiked = table.row("blocks.0", "forward").cells[0]
-    assert spiked.timing(1) == Timing(2, 101 * US, 101 * US, 125_000 * US)
-    assert table.rows[0].imbalance < 1.1  # no row stands out: the spike is in the spread only
+    assert spiked.timing(1) == Timing(2, 101 * US, 101 * US, 125_000 * US, 3, 1)
+    assert table.rows[0].imbalance < 1.1  # no row stands out: the spike is an outlier only
+    assert [(row.module, row.phase, rank) for row, _, rank in table.outliers()] == [("blocks.0", "forward", 1)]
 
 
 # ------------------------------------------------------------------ what the merge refuses, and what it says

@@ -242,3 +242,63 @@ def test_a_reader_that_closes_the_pipe_early_stops_the_command_quietly():
     stderr = process.stderr.read().decode()
     assert process.wait(timeout=120) == 141, stderr
     assert stderr == "", stderr
+
+
+@pytest.mark.skipif(bool(unavailable_reason()), reason=f"capture tool unavailable: {unavailable_reason()}")
+def test_a_capture_cut_short_is_refused_as_cut_short(tmp_path, capsys):
+    """A timeline whose writer was killed, or whose disk filled, ends mid-way: the message says so and
+    asks for the run again, not for another kind of file."""
+    from nvtx_regions.commands.main import main
+
+    captured = capture_subprocess(
+        """
+        import nvtx
+        for n in range(50):
+            nvtx.push_range(f"step {n}", domain="nvtx_regions"); nvtx.push_range("block", domain="nvtx_regions")
+            nvtx.pop_range(domain="nvtx_regions"); nvtx.pop_range(domain="nvtx_regions")
+        """
+    ).check()
+    trace = tmp_path / "timeline.json"
+    write_chrome_trace(captured, trace)
+    whole = trace.read_bytes()
+    assert main(["report", str(trace)]) == 0  # the positive control: the whole file reads
+    assert "nvtx_regions:block" in capsys.readouterr().out
+    for cut in (len(whole) // 2, len(whole) - 2, 1):
+        trace.write_bytes(whole[:cut])
+        assert main(["report", str(trace)]) == 1
+        err = capsys.readouterr().err
+        assert err == (
+            f"nvtx-regions report: {trace}: cut short: its JSON ends mid-way, at byte {cut} (the run that wrote it was killed, "
+            "or the disk filled); run that command again, to its end, with room on the disk\n"
+        )
+    trace.write_bytes(b"")
+    assert main(["report", str(trace)]) == 1
+    assert f"{trace}: empty (the run that wrote it was killed, or the disk filled)" in capsys.readouterr().err
+    trace.write_bytes(whole[:-2] + b"]]")  # not cut short: wrong
+    assert main(["report", str(trace)]) == 1
+    assert "not JSON (" in capsys.readouterr().err
+
+
+def test_a_name_among_folders_that_does_not_exist_is_named(tmp_path, capsys):
+    from nvtx_regions.commands.main import main
+
+    (tmp_path / "node0").mkdir()
+    (tmp_path / "notes.txt").write_text("x")
+    assert main(["report", str(tmp_path / "node0"), str(tmp_path / "nosuch")]) == 2
+    assert capsys.readouterr().err == (
+        f"nvtx-regions report: {tmp_path / 'nosuch'}: no such file or folder; give each node's output folder of "
+        "'nvtx-regions profile' (its -o)\n"
+    )
+    assert main(["report", str(tmp_path / "nosuch")]) == 1  # no folder given: the reader says it
+    assert f"{tmp_path / 'nosuch'}: no such file or folder; give reports (" in capsys.readouterr().err
+    # The positive control: a file that exists, among folders, is another mistake.
+    assert main(["report", str(tmp_path / "node0"), str(tmp_path / "notes.txt")]) == 2
+    assert "notes.txt: a file among profile folders; give report files or profile folders, not both" in capsys.readouterr().err
+
+
+def test_the_items_of_a_root_sequential_are_module_ranges(tmp_path):
+    """``each module <*>`` on a ``Sequential`` names its items ``0``, ``1``: module paths, rows of the table."""
+    trace = _trace(tmp_path / "t.json", [("step 0", "nvtx_regions.steps", 0, 100), ("0", "each module <*>", 1, 10),
+                                         ("1", "each module <*>", 12, 10), ("1 (backward)", "each module <*>", 30, 20)])  # fmt: skip
+    rows = {row.module: (row.forward, row.backward) for row in module_rows(read_ranges([str(trace)]).records)}
+    assert rows == {"0": ((10_000,), ()), "1": ((10_000,), (20_000,))}  # and no "step 0"

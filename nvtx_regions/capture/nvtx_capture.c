@@ -407,6 +407,7 @@ static void thread_state_free(void *p) {
     free(s->slots);
     free(s->line.data);
     free(s);
+    t_state = NULL; /* a later call on this exiting thread (another key's destructor) makes a new one */
 }
 
 static ThreadState *thread_state(void) {

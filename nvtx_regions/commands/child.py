@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO
 
@@ -123,30 +123,36 @@ def _pump(source: IO[bytes], copy: Path) -> threading.Thread:
 _STDERR_GRACE_S = 10
 
 
-def run_child(command: list[str], env: Mapping[str, str], *, stderr_copy: Path | None = None) -> int:
+def run_child(command: list[str], env: Mapping[str, str], *, stderr_copy: Path | None = None,
+              stdout_to: Callable[[IO[bytes]], threading.Thread] | None = None) -> int:  # fmt: skip
     """Run `command` with environment `env` and return its returncode.
 
     Its stdin and stdout are this process's; so is its stderr, unless
     `stderr_copy` is given: then its stderr (and that of every process it
     starts) is read from a pipe, shown here as it comes and written to that
     file, which is whole when this returns (or after a grace of 10 s for
-    processes the command left behind).
+    processes the command left behind). `stdout_to`: its stdout is a pipe
+    instead, given to this function, whose thread reads it (joined as the
+    stderr copy is).
 
     While it runs, this process outlives SIGINT (Ctrl-C at a terminal reaches
     the command through its process group; the command decides), forwards
     SIGTERM and SIGHUP to it, and, on Linux, takes it down if this process is
     killed (the child gets SIGTERM). Raises `UsageError` when it cannot start.
     """
+    sys.stdout.flush()
     sys.stderr.flush()
     try:
         proc = subprocess.Popen(
-            command, env=dict(env), preexec_fn=_die_with_parent(), stderr=subprocess.PIPE if stderr_copy else None
-        )
+            command, env=dict(env), preexec_fn=_die_with_parent(), stderr=subprocess.PIPE if stderr_copy else None,
+            stdout=subprocess.PIPE if stdout_to else None,
+        )  # fmt: skip
     except FileNotFoundError:
         raise UsageError(f"cannot run {command[0]!r}: no such program (is it on PATH?)") from None
     except PermissionError:
         raise UsageError(f"cannot run {command[0]!r}: not executable") from None
     pump = _pump(proc.stderr, stderr_copy) if stderr_copy is not None and proc.stderr is not None else None
+    reader = stdout_to(proc.stdout) if stdout_to is not None and proc.stdout is not None else None
 
     def forward(signum, _frame):
         if proc.poll() is None:
@@ -166,5 +172,6 @@ def run_child(command: list[str], env: Mapping[str, str], *, stderr_copy: Path |
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-        if pump is not None:
-            pump.join(timeout=_STDERR_GRACE_S)
+        for thread in (pump, reader):
+            if thread is not None:
+                thread.join(timeout=_STDERR_GRACE_S)

@@ -48,9 +48,9 @@ import itertools
 import os
 import re
 import shlex
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-
 from pathlib import Path
 from typing import Any
 
@@ -366,8 +366,6 @@ def run_nsys(command: NsysCommand) -> int:
     """Run `command` here, then read its reports: its exit status (`NsysCommand.status`), or
     `PROBLEM_FOUND` with a message on stderr when it wrote no report or its reports hold no range
     of the spec (step ranges of `nvtx_regions.steps` do not count): nsys exits 0 either way."""
-    import sys
-
     from ..report.reader import read_ranges
     from .child import ended, run_child
 

@@ -23,8 +23,9 @@ when it is on PATH, else torch.profiler, and it says which):
   as ``rank<RANK>.pt.trace.json``; GPU times where the traces hold GPU work,
   else CPU times (`report.torch_trace`);
 - ``capture``: our NVTX capture (`commands.capture.run_capture`), CPU times only;
-- each run's reports, its stderr (``stderr.txt``, also shown as it comes) go
-  to ``OUTPUT/BACKEND/``; the table to ``OUTPUT/table.txt``, the chart to
+- each run's reports, its stderr (``stderr.txt``, also shown as it comes) and,
+  under nsys, what nsys itself prints (``nsys.txt``: its progress bars, kept off
+  stdout) go to ``OUTPUT/BACKEND/``; the table to ``OUTPUT/table.txt``, the chart to
   ``OUTPUT/profile.png`` and ``OUTPUT/profile.svg`` (`report.chart`; without
   matplotlib, a line that says what to install instead). An existing OUTPUT
   is refused unless ``--force-overwrite``, which replaces only what this
@@ -34,20 +35,26 @@ Each run's reports are read rank by rank (`commands.profile_folder`: ``profile.j
 says what ran, the files' names say the ranks) and summarized as they are read
 (`report.summary`). Under torchrun with several ranks it prints `report.ranks_table`:
 per module (and region) and pass, for each backend, the median across ranks, their
-spread, the slowest rank and its ratio to the median, the largest imbalance first;
-a rank that left no report is named under the table. With ``--rank N``, or with one
+spread, the slowest rank and its ratio to the median, the largest imbalance first,
+then the outliers (one-off calls, with their rank and step); a rank that left no
+report is named under the table. It prints the table to fit the terminal (``$COLUMNS``,
+else the terminal's width: `core.table.terminal_width`) and writes it whole. With ``--rank N``, or with one
 rank, it prints `report.backends_table`: per module and pass, the median over the
 measured steps (the compile step 0 and ``--warmup N`` more are left out) per backend
 with n, the ratio to ``--baseline`` (default the first backend), largest ratios
 first. A module one backend lacks is ``missing``; a rule a backend cannot express
 (eager and ``between``, say) runs nowhere there, and its rows read ``n/a`` (the run
 itself warns once and runs the rest of the spec); a backend whose run fails is
-reported with its exit status and the tail of its stderr, and the others still run.
+reported with its exit status and the failure's own last lines (under torchrun, the
+exception of the rank that failed first), naming its ``stderr.txt``, and the others still
+run (`commands.rank_ends`; a rank that only aborted at exit after its report was complete,
+torch's gloo threads as Python exits, fails nothing: a note says so).
 Either way ``OUTPUT/profile.csv`` gets one line per backend, rank, row and pass
-(``backend, rank, range, pass, n, median_us``), and the chart is per backend
+(``backend, rank, range, pass, n, median_us, min_us, max_us, max_step``), and the chart is per backend
 (``profile.png``) for one rank, per rank (``ranks.png``, `report.ranks_chart`) for several.
 
-Exit status: 0; 1 when a backend failed, a rank left no report, or no run held a module range;
+Exit status: 0 (also when a rank only aborted at exit, its report complete); 1 when a backend failed,
+a rank left no report, or no run held a module range;
 2 for a usage or spec error.
 """
 
@@ -61,10 +68,12 @@ import shutil
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from ..core.errors import CaptureFileError
 from ..core.naming import DEFAULT_DOMAIN
+from ..core.table import terminal_width
 from ..core.profiling import BACKENDS, ENV_BACKEND, ENV_SPEC
 from ..internals.torchrun import torchrun_start
 from ..internals.versions import INSTALL_THUNDER, thunder_installed
@@ -72,12 +81,13 @@ from ..report.backends_table import BackendRun, BackendsTable, compare_backends,
 from ..report.chart import ChartUnavailable, write_chart
 from ..report.ranks_chart import write_ranks_chart
 from ..report.ranks_table import BackendRanks, RanksTable, compare_ranks, ranks_text, render_ranks, write_csv
-from ..report.summary import RowKinds
+from ..report.summary import RankSummary, RowKinds
 from ..selection.compile import CompiledSpec
-from .child import ended, run_child
+from .child import run_child
 from .domain import add_domain_option
 from .emit import add_emit_option, emit_env, require_nvtx
-from .profile_folder import CAPTURE_FILE, MANIFEST, Manifest, read_backend, torchrun_ranks, write_manifest
+from .profile_folder import CAPTURE_FILE, MANIFEST, Manifest, now, read_backend, torchrun_job, torchrun_ranks, write_manifest
+from .rank_ends import RunEnd
 from .status import OK, PROBLEM_FOUND, UsageError
 
 __all__ = ["add_arguments", "run"]
@@ -100,7 +110,6 @@ TOOL_WORDS = {
     "torch": "torch.profiler",
     "capture": "nvtx-regions capture (CPU times of the NVTX ranges only)",
 }
-_TAIL_LINES = 15
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -161,15 +170,6 @@ def _output_folder(output: str, backends: Sequence[str], force: bool) -> Path:
     return folder
 
 
-def _tail(path: Path) -> str:
-    try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return "(no stderr kept)"
-    tail = [line for line in lines if line.strip()][-_TAIL_LINES:]
-    return "\n".join(f"    {line}" for line in tail) if tail else "    (its stderr was empty)"
-
-
 def choose_tool(asked: str) -> str:
     """``nsys``, ``torch`` or ``capture``: `asked`, or for ``auto`` nsys when it is on PATH, else torch;
     `UsageError` for a missing nsys."""
@@ -200,8 +200,9 @@ def _nsys_did_not_start(returncode: int, seconds: float, stderr: Path) -> bool:
     return returncode == 1 and seconds < 10 and text == "End of file"
 
 
-def _run_backend(backend: str, args: argparse.Namespace, command: list[str], folder: Path, tool: str) -> str | None:
-    """Run `command` for `backend` under `tool`, its reports into `folder`; None, or why the run failed."""
+def _run_backend(backend: str, args: argparse.Namespace, command: list[str], folder: Path, tool: str) -> RunEnd | str | None:
+    """Run `command` for `backend` under `tool`, its reports into `folder`; None, why it could not run, or
+    how it ended when it failed (`RunEnd`)."""
     from ..language.parse import load
 
     if backend == "inductor" and importlib.util.find_spec("nvtx_regions.inductor") is None:
@@ -209,11 +210,13 @@ def _run_backend(backend: str, args: argparse.Namespace, command: list[str], fol
     env = {**os.environ, ENV_BACKEND: backend, ENV_SPEC: os.path.abspath(args.spec), **emit_env(tool_sinks(tool, args.emit))}
     if tool == "nsys":
         from .nsys import nsys_command
+        from .nsys_output import NSYS_LOG, progress_apart
 
         profile = nsys_command(load(args.spec), command, domain=args.domain, output=str(folder / "report"))
         for attempt in (1, 2):
             started = time.monotonic()
-            returncode = run_child(list(profile.argv), env, stderr_copy=folder / STDERR)
+            # nsys's progress bars (thousands of characters) go to nsys.txt, not before the table
+            returncode = run_child(list(profile.argv), env, stderr_copy=folder / STDERR, stdout_to=progress_apart(folder / NSYS_LOG))
             if attempt == 2 or not _nsys_did_not_start(returncode, time.monotonic() - started, folder / STDERR):
                 break
             print("nvtx-regions profile: nsys did not start (\"End of file\"); trying once more", flush=True)
@@ -228,7 +231,7 @@ def _run_backend(backend: str, args: argparse.Namespace, command: list[str], fol
 
         returncode = run_capture(command, folder / CAPTURE_FILE, env=env, stderr_copy=folder / STDERR).returncode
     if returncode != 0:
-        return f"{ended(command[0], returncode)}; its stderr ended with:\n{_tail(folder / STDERR)}"
+        return RunEnd.of(returncode, folder / STDERR, torchrun=torchrun_start(command) is not None)
     return None
 
 
@@ -251,14 +254,26 @@ def _read_run(backend: str, failure: str | None, folder: Path, manifest: Manifes
     try:
         found = {s.rank: s for s in read_backend(folder, manifest.tool, manifest.domain, rows=rows, warmup=manifest.warmup, rank=rank)}
     except CaptureFileError as error:
-        return BackendRanks(backend, failure=str(error) if failure is None else failure)
+        return BackendRanks(backend, failure=str(error) if failure is None else f"{failure}\n    and its reports cannot be read: {error}")
+    unmeasured: dict[int, str] = {}  # a rank whose report holds no measured call is no missing one: said as it is
     if failure is not None:  # a failed run keeps only the ranks that got as far as a step or a module
-        found = {number: summary for number, summary in found.items() if summary.cpu or summary.steps}
+        unmeasured = {number: _unmeasured(summary, manifest.warmup) for number, summary in found.items() if not (summary.cpu or summary.steps)}
+        found = {number: summary for number, summary in found.items() if number not in unmeasured}
+        failure = "\n".join([failure, *unmeasured.values()])
     expected = (rank,) if rank is not None else manifest.ranks or tuple(sorted(found))
     if not found:
         return BackendRanks(backend, failure=failure or _no_report(manifest.tool, folder, rank))
-    missing = tuple(r for r in expected if r not in found)
+    missing = tuple(r for r in expected if r not in found and r not in unmeasured)
     return BackendRanks(backend, found, missing=missing, problem=failure)
+
+
+def _unmeasured(summary: RankSummary, warmup: int) -> str:
+    """A line under a failed run's problem for a rank whose report holds no measured call."""
+    files = ", ".join(Path(source).name for source in summary.sources) or "its report"
+    left = tuple(range(warmup + 1))
+    out = f"step{'s' * (len(left) > 1)} {ranks_text(left)} (compile{' and warm-up' if warmup else ''}) {'are' if warmup else 'is'} left out"
+    ran = f"it ran step{'s' * (len(summary.ran) > 1)} {ranks_text(summary.ran)} only, and {out}" if summary.ran else "it began no step"
+    return f"    rank {summary.rank}: {files} holds no measured call: {ran}"
 
 
 def write_outputs(folder: Path, table: BackendsTable | RanksTable, text: str, runs: Sequence[BackendRanks]) -> str:
@@ -286,13 +301,14 @@ def one_rank(runs: Sequence[BackendRanks], rank: int | None) -> int | None:
 
 
 def render_runs(runs: Sequence[BackendRanks], *, baseline: str, warmup: int, spec: CompiledSpec, rank: int | None,
-                distributed: bool) -> tuple[BackendsTable | RanksTable, str]:  # fmt: skip
+                distributed: bool, width: int | None = None) -> tuple[BackendsTable | RanksTable, str]:  # fmt: skip
     """The table of `runs` and its text: every rank's, or one rank's (`one_rank`) as the backends table;
-    `distributed`: the run was a torchrun's, so a table of its one rank says why there is no other."""
+    `distributed`: the run was a torchrun's, so a table of its one rank says why there is no other;
+    `width`: the columns every rank's table fits (`render_ranks`; None: every column, as in a file)."""
     shown = one_rank(runs, rank)
     if shown is None:
         table = compare_ranks(runs, baseline=baseline, warmup=warmup, spec=spec)
-        text = render_ranks(table)
+        text = render_ranks(table, width)
         problems = [f"{run.backend}: {run.problem}" for run in runs if run.problem is not None]
         return table, "\n".join([text, *problems])
     one = [
@@ -329,18 +345,26 @@ def run(args: argparse.Namespace) -> int:
             f"--rank {args.rank}: this command runs ranks {ranks_text(node_ranks)}; choose one of them, or leave --rank out for every rank"
         )
     folder = _output_folder(args.output, backends, args.force_overwrite)
-    manifest = Manifest(render(spec), tuple(backends), baseline, tool, args.domain, args.warmup, world, node_ranks)
+    manifest = Manifest(render(spec), tuple(backends), baseline, tool, args.domain, args.warmup, world, node_ranks,
+                        torchrun_job(command))  # fmt: skip
     write_manifest(folder, manifest)
     rows = RowKinds.of(compiled)
     said = TOOL_WORDS[tool] + (" (nsys is not on PATH)" if args.tool == "auto" and tool == "torch" else "")
-    runs = []
+    runs, notes = [], []
     for number, backend in enumerate(backends, 1):
         print(f"nvtx-regions profile: {backend} ({number}/{len(backends)}) under {said}: {shlex.join(command)}", flush=True)
         failure = _run_backend(backend, args, command, folder / backend, tool)
+        if isinstance(failure, RunEnd):  # a rank that only aborted at exit, its report complete, is a note
+            note, failure = failure.judge(command[0], backend, folder / backend, tool, args.domain, node_ranks)
+            notes += [note] if note is not None else []
         runs.append(_read_run(backend, failure, folder / backend, manifest, rows, args.rank))
+    write_manifest(folder, replace(manifest, job=replace(manifest.job, ended=now())))  # which job: `report` tells reruns apart by time
     distributed = torchrun_start(command) is not None
     table, text = render_runs(runs, baseline=baseline, warmup=args.warmup, spec=compiled, rank=args.rank, distributed=distributed)
-    where = write_outputs(folder, table, text, runs)
+    where = write_outputs(folder, table, "\n".join([text, *notes]), runs)
+    _, text = render_runs(runs, baseline=baseline, warmup=args.warmup, spec=compiled, rank=args.rank, distributed=distributed,
+                          width=terminal_width())  # fmt: skip
+    text = "\n".join([text, *notes])
     sys.stdout.flush()
     print(f"\n{text}\n", flush=True)
     print(f"nvtx-regions profile: reports in {folder}/BACKEND/, {where}")

@@ -16,19 +16,33 @@ one ``timeline.json``, whose ranges carry their rank. Each rank is read and
 summarized (`report.summary`) before the next is read, so memory holds one
 rank's events and every rank's summary.
 
-Folders merged must hold the same spec, backends, tool, domain and warm-up;
-a rank may appear in one folder only. Every refusal is a `UsageError` that
-names the folders and the fix. A rank missing from 0..N-1 (N: the world
-size, else the largest rank + 1) is no refusal: the table names it
-(`BackendRanks.missing`).
+``profile.json`` also says which job the folder came from (`Job`): torchrun's run id
+(``--rdzv-id``, torchrun's ``TORCHELASTIC_RUN_ID``; ``none`` by default) and
+rendezvous endpoint (``--rdzv-endpoint``, else ``--master_addr:--master_port``),
+as the command's options say them, and when ``profile`` started its first run
+and ended its last (UTC). The nodes of one job share the run id and endpoint
+and run at the same time, since each run waits in the rendezvous for every
+node; a rerun of the same command, same run id and endpoint, starts after the
+first run ended. So two folders are of one job when their run ids and
+endpoints agree and their times overlap (a folder whose ``profile`` was
+stopped before the end records no end, and overlaps every later start). The
+nodes' clocks must agree to within the length of a run, as NTP keeps them.
+
+Folders merged must be of one job and hold the same spec, backends, tool,
+domain and warm-up; a rank may appear in one folder only. Every refusal is a
+`UsageError` that names the folders and the fix. A rank missing from 0..N-1
+(N: the world size, else the largest rank + 1) is no refusal: the table names
+it (`BackendRanks.missing`).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 from ..core.errors import CaptureFileError
@@ -38,14 +52,65 @@ from ..report.reader import read_ranges
 from ..report.summary import RankSummary, RowKinds, summarize_ranks
 from .status import UsageError
 
-__all__ = ["MANIFEST", "Manifest", "write_manifest", "read_manifest", "torchrun_ranks", "rank_files", "read_backend",
-           "read_folders"]  # fmt: skip
+__all__ = ["MANIFEST", "Job", "Manifest", "write_manifest", "read_manifest", "torchrun_ranks", "torchrun_job", "rank_files",
+           "read_backend", "report_domain", "read_folders", "different_jobs", "now"]  # fmt: skip
 
 MANIFEST = "profile.json"
 _FORMAT = "nvtx_regions profile 1"
 _NSYS = re.compile(r"report(?:\.rank(\d+))?(?:\.\d+)?\.nsys-rep")
 _TORCH = re.compile(r"rank(\d+)(?:-\d+)?\.pt\.trace\.json")
 CAPTURE_FILE = "timeline.json"
+
+
+def now() -> str:
+    """The time now, as `Job` records it: UTC, ISO 8601, to the millisecond."""
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+@dataclass(frozen=True)
+class Job:
+    """Which job a profile folder came from (see the module doc).
+
+    run_id: torchrun's ``--rdzv-id`` (``"none"``, torchrun's default, unless given); None without
+    torchrun, or with ``--standalone`` (torchrun makes up one per run). endpoint: its rendezvous
+    endpoint (``--rdzv-endpoint``, else ``MASTER_ADDR:MASTER_PORT``); None without torchrun.
+    started, ended: when ``profile`` started its first run and ended its last (`now`); ended is
+    None until then.
+    """
+
+    run_id: str | None
+    endpoint: str | None
+    started: str
+    ended: str | None = None
+
+    def words(self) -> str:
+        """The job in words, for a message."""
+        run_id = repr(self.run_id) if self.run_id is not None else "none known (no torchrun, or --standalone)"
+        return f"run id {run_id}, endpoint {self.endpoint or '-'}, started {self.started}, ended {self.ended or 'never (stopped)'}"
+
+
+def _overlap(a: Job, b: Job) -> bool:
+    """Whether the times of `a` and `b` overlap (an unknown end: still running)."""
+    def at(text: str | None) -> datetime:
+        return datetime.fromisoformat(text) if text is not None else datetime.max.replace(tzinfo=timezone.utc)
+
+    return at(a.started) < at(b.ended) and at(b.started) < at(a.ended)
+
+
+def different_jobs(a: Job | None, b: Job | None) -> str | None:
+    """Why folders of jobs `a` and `b` are not of one job, in words; None when they are (or when neither
+    records its job)."""
+    if a is None and b is None:
+        return None
+    if a is None or b is None:
+        return f"{'the first' if a is None else 'the second'} records no job (written by hand, or by an older nvtx-regions)"
+    if a.run_id != b.run_id:
+        return "different torchrun run ids"
+    if a.endpoint != b.endpoint:
+        return "different rendezvous endpoints"
+    if not _overlap(a, b):
+        return "the same run id and endpoint, but one ran after the other had ended: two runs of the same command"
+    return None
 
 
 @dataclass(frozen=True)
@@ -60,6 +125,7 @@ class Manifest:
     warmup: int
     world_size: int | None = None  # under torchrun, where its options say it
     ranks: tuple[int, ...] | None = None  # the ranks this node ran, where torchrun's options say them
+    job: Job | None = None  # which job; None in a folder written by hand
 
 
 def write_manifest(folder: Path, manifest: Manifest) -> None:
@@ -81,35 +147,75 @@ def read_manifest(folder: Path) -> Manifest:
     if not isinstance(data, dict) or data.get("format") != _FORMAT:
         raise UsageError(f"{path}: not a {MANIFEST} this version writes; run 'nvtx-regions profile' again for this node")
     try:
-        ranks = data.get("ranks")
+        ranks, job = data.get("ranks"), data.get("job")
         return Manifest(
             str(data["spec"]), tuple(data["backends"]), str(data["baseline"]), str(data["tool"]), data["domain"],
             int(data["warmup"]), data.get("world_size"), tuple(ranks) if ranks is not None else None,
+            _job(job),
         )  # fmt: skip
     except (KeyError, TypeError, ValueError) as error:
         raise UsageError(f"{path}: a field is missing or wrong ({error}); run 'nvtx-regions profile' again for this node") from None
+
+
+def _job(data: object) -> Job | None:
+    """The `Job` of a manifest's ``job`` field; TypeError or ValueError for one that is wrong."""
+    if data is None:
+        return None
+    job = Job(**data)  # type: ignore[arg-type]
+    for time in (job.started, job.ended):
+        if time is not None:
+            datetime.fromisoformat(time)
+    return job
+
+
+def _torchrun_options(command: Sequence[str]) -> argparse.Namespace | None:
+    """torchrun's options in `command`, parsed by torch's own parser; None for a command that is no torchrun.
+    Raises ValueError for options it cannot parse."""
+    from ..internals.torchrun import torchrun_start
+
+    start = torchrun_start(command)
+    if start is None:
+        return None
+    from torch.distributed.run import get_args_parser
+
+    try:
+        return get_args_parser().parse_known_args(list(command[start:]))[0]
+    except SystemExit:
+        raise ValueError("torchrun's options do not parse") from None
+
+
+def torchrun_job(command: Sequence[str]) -> Job:
+    """The `Job` of `command`, started now: torchrun's run id and rendezvous endpoint as its options
+    say them (as torchrun's own ``config_from_args`` reads them)."""
+    try:
+        options = _torchrun_options(command)
+    except ValueError:
+        options = None
+    if options is None:
+        return Job(None, None, now())
+    if options.standalone:  # torchrun makes up a run id per run, and listens on localhost:0
+        return Job(None, "localhost:0", now())
+    endpoint = options.rdzv_endpoint
+    if options.rdzv_backend == "static" and not endpoint:
+        endpoint = f"{options.master_addr}:{options.master_port}"
+    return Job(str(options.rdzv_id), endpoint or None, now())
 
 
 def torchrun_ranks(command: Sequence[str]) -> tuple[int | None, tuple[int, ...] | None]:
     """(world size, the ranks this node runs) of a torchrun command, as its options say them; (None, None)
     where they do not (``--nproc_per_node=gpu``, an elastic ``--nnodes=1:4``); (1, (0,)) for a command
     that is no torchrun."""
-    from ..internals.torchrun import torchrun_start
-
-    start = torchrun_start(command)
-    if start is None:
-        return 1, (0,)
-    from torch.distributed.run import get_args_parser
-
     try:
-        options, _ = get_args_parser().parse_known_args(list(command[start:]))
+        options = _torchrun_options(command)
+        if options is None:
+            return 1, (0,)
         per_node = int(options.nproc_per_node)
         low, _, high = str(options.nnodes).partition(":")
         nodes = int(low)
         if high and int(high) != nodes:
             return None, None
         node = int(options.node_rank)
-    except (SystemExit, ValueError, TypeError):
+    except (ValueError, TypeError):
         return None, None
     return per_node * nodes, tuple(range(node * per_node, (node + 1) * per_node))
 
@@ -129,12 +235,18 @@ def rank_files(folder: Path, tool: str) -> dict[int | None, list[Path]]:
     return found
 
 
+def report_domain(tool: str, domain: str | None) -> object:
+    """The domain a backend folder's reports are read in: `domain`, or any for torch.profiler's traces
+    (record_function ranges have no domain)."""
+    return ANY_DOMAIN if tool == "torch" else domain
+
+
 def read_backend(folder: Path, tool: str, domain: str | None, *, rows: RowKinds, warmup: int,
                  rank: int | None = None) -> Iterator[RankSummary]:  # fmt: skip
     """Each rank's summary of one backend folder (only `rank`'s, given one), one rank read at a time.
 
     Raises `CaptureFileError` for a report that cannot be read."""
-    domain = ANY_DOMAIN if tool == "torch" else domain  # record_function ranges have no domain
+    domain = report_domain(tool, domain)
     for number, paths in rank_files(folder, tool).items():
         if rank is not None and number is not None and number != rank:
             continue
@@ -148,8 +260,8 @@ def read_folders(folders: Sequence[Path], *, rows: RowKinds | None = None) -> tu
     """Several profile folders (one per node) as one run: its manifest and, per backend, every rank's summary.
 
     Raises `UsageError` for a folder that is no profile output, folders of different runs (spec,
-    backends, tool, domain, warm-up, world size), a folder given twice, a rank found in two folders,
-    and a report that cannot be read."""
+    backends, tool, domain, warm-up, world size) or of different jobs (`different_jobs`), a folder
+    given twice, a rank found in two folders, and a report that cannot be read."""
     from ..language.parse import parse
     from ..selection.compile import compile_spec
 
@@ -168,6 +280,17 @@ def read_folders(folders: Sequence[Path], *, rows: RowKinds | None = None) -> tu
                     f"{folders[0]} and {folder}: reports of different {word}{shown}\n"
                     f"merge only the folders of one run: every node runs the same spec, backends, tool and options"
                 )
+        why = different_jobs(first.job, manifest.job)
+        if why is not None:
+            shown = "".join(
+                f"\n  {where / MANIFEST}: {found.job.words() if found.job else 'no job recorded'}"
+                for where, found in ((folders[0], first), (folder, manifest))
+            )
+            raise UsageError(
+                f"{folders[0]} and {folder}: reports of different jobs ({why}):{shown}\n"
+                "merge only the folders that the nodes of one job wrote (run at the same time, with one run id and "
+                "endpoint); give the other node's folder of the same run, or run 'nvtx-regions profile' on every node again"
+            )
     if rows is None:
         rows = RowKinds.of(compile_spec(parse(first.spec)))
     runs = []

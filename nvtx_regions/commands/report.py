@@ -28,12 +28,18 @@ a run over several nodes), it merges them into one run and prints the table
 Exit status (`commands.status`): 1 when a file cannot be read or there are
 no ranges (in the ``--domain`` asked for), or when merged folders lack a
 rank; 2 when the folders are not of one run (their spec, backends or options
-differ, a rank is in two of them) or a folder is no profile output.
+differ, they come from different jobs, a rank is in two of them), a folder is
+no profile output, or a name given beside folders does not exist.
+
+A folder records which job it came from (`commands.profile_folder.Job`: torchrun's
+run id and rendezvous endpoint, and when its runs started and ended): the halves of
+two runs of the same command are refused, as their times do not overlap.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -63,6 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def merge(folders: list[Path], output: str | None) -> int:
     """Profile folders (one per node) merged into one table (see the module doc)."""
+    from ..core.table import terminal_width
     from ..language.parse import parse
     from ..selection.compile import compile_spec
     from .profile import render_runs, write_outputs
@@ -72,9 +79,10 @@ def merge(folders: list[Path], output: str | None) -> int:
     if target is not None and (target.exists() or target.is_symlink()):
         raise UsageError(f"-o {output}: exists; give a new folder (nothing is overwritten)")
     manifest, runs = read_folders(folders)
-    table, text = render_runs(runs, baseline=manifest.baseline, warmup=manifest.warmup, spec=compile_spec(parse(manifest.spec)), rank=None,
-                              distributed=manifest.world_size == 1)  # fmt: skip
-    print(text)
+    options = dict(baseline=manifest.baseline, warmup=manifest.warmup, spec=compile_spec(parse(manifest.spec)), rank=None,
+                   distributed=manifest.world_size == 1)  # fmt: skip
+    table, text = render_runs(runs, **options)  # every column, for the file
+    print(render_runs(runs, **options, width=terminal_width())[1])
     if target is not None:
         try:
             target.mkdir(parents=True)
@@ -92,9 +100,14 @@ def merge(folders: list[Path], output: str | None) -> int:
 def run(args: argparse.Namespace) -> int:
     folders = [Path(name) for name in args.files if Path(name).is_dir()]
     if folders:
+        missing = [name for name in args.files if not os.path.lexists(name)]
+        if missing:
+            raise UsageError(
+                f"{', '.join(missing)}: no such file or folder; give each node's output folder of 'nvtx-regions profile' (its -o)"
+            )
         if len(folders) != len(args.files):
             files = [name for name in args.files if not Path(name).is_dir()]
-            raise UsageError(f"{', '.join(files)}: give report files or profile folders, not both")
+            raise UsageError(f"{', '.join(files)}: a file among profile folders; give report files or profile folders, not both")
         return merge(folders, args.output)
     if args.output is not None:
         raise UsageError(f"-o {args.output}: only for profile folders; the summary of report files is printed")

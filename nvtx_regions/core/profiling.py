@@ -2,7 +2,8 @@
 
 The backends, the spec they run when given none, and the environment variables through which the command
 chooses a script's backend and spec. `nvtx_regions.steps` pushes one range per training step, named ``step N``
-(N from 0), in the spec's NVTX domain and category ``nvtx_regions.steps``. ``nvtx-regions profile`` reads them
+(N from 0), in the spec's NVTX domain and category ``nvtx_regions.steps`` (in torch.profiler, ``ProfilerStep#N``,
+torch's own name for a step). ``nvtx-regions profile`` reads them
 back from a report to tell warm-up steps from measured ones. The message is
 not a module path, so it is never taken for a module range.
 """
@@ -12,8 +13,8 @@ from __future__ import annotations
 import re
 
 __all__ = [
-    "BACKENDS", "DEFAULT_SELECT", "ENV_BACKEND", "ENV_SPEC", "ENV_EMIT", "SINKS", "STEP_CATEGORY",
-    "emit_sinks", "step_message", "step_number",
+    "BACKENDS", "DEFAULT_SELECT", "ENV_BACKEND", "ENV_SPEC", "ENV_EMIT", "PROFILER_STEP", "SINKS", "STEP_CATEGORY",
+    "emit_sinks", "profiler_step_message", "step_message", "step_number",
 ]  # fmt: skip
 
 BACKENDS = ("eager", "thunder", "inductor")
@@ -31,11 +32,18 @@ SINKS = ("nvtx", "record_function")
 STEP_CATEGORY = "nvtx_regions.steps"
 
 _STEP = re.compile(r"step (0|[1-9][0-9]*)")
+PROFILER_STEP = "ProfilerStep#"
 
 
 def step_message(number: int) -> str:
     """The message of training step `number`'s range."""
     return f"step {number}"
+
+
+def profiler_step_message(number: int) -> str:
+    """The name of training step `number`'s range in torch.profiler: torch's own (``profile.step()``
+    writes ``ProfilerStep#N``), by which HTA and TensorBoard's profiler plugin find iterations."""
+    return f"{PROFILER_STEP}{number}"
 
 
 def step_number(message: str | None) -> int | None:

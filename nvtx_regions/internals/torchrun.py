@@ -11,6 +11,14 @@ where PYTHON is ``$PYTHON_EXEC``, else torchrun's own ``sys.executable``.
 Checked on torch 2.11 and 2.14. Without it, ``nvtx-regions nsys`` could not
 put nsys inside each worker (one report per rank).
 
+What torchrun and torch.distributed print when a worker fails (`failed_workers`,
+`rank_lines`): torchrun's report of failed workers (torch.distributed.elastic's
+``ChildFailedError.format_msg``: per worker a block with ``rank : R (local_rank: L)``
+and ``exitcode : C (pid: P)``, the first to fail under ``Root Cause``), and the
+``[rankR]: `` that ``init_process_group`` puts before each line of an uncaught
+exception (``_distributed_excepthook``). Checked on torch 2.11. Without it,
+``nvtx-regions profile`` could tell neither which rank failed nor why.
+
 Errors are ValueErrors; the command that calls this says them in its words.
 """
 
@@ -22,7 +30,8 @@ import shlex
 import shutil
 from collections.abc import Sequence
 
-__all__ = ["TorchrunError", "script_interpreter", "split_torchrun", "torchrun_start", "worker_python"]
+__all__ = ["TorchrunError", "failed_workers", "rank_lines", "script_interpreter", "split_torchrun", "torchrun_start",
+           "worker_python"]  # fmt: skip
 
 # The options that choose the worker program: left out of the launcher part, which then takes --no-python.
 _CHOOSERS = frozenset({"--no-python", "--no_python", "-m", "--module", "--run-path", "--run_path"})
@@ -121,3 +130,34 @@ def split_torchrun(command: Sequence[str]) -> tuple[list[str], list[str]] | None
     else:
         worker = [worker_python(command, start), "-u", args.training_script, *args.training_script_args]
     return [*command[:start], *(w for w in options if w not in _CHOOSERS)], worker
+
+
+# torchrun's report of failed workers: a title line "<script> FAILED", then a block per worker.
+_REPORT_TITLE = re.compile(r"^\S.* FAILED$", re.M)
+_WORKER = re.compile(r"^\s*rank\s*: (\d+) \(local_rank: \d+\)\n\s*exitcode\s*: (-?\d+) \(pid: \d+\)", re.M)
+_ROOT_CAUSE = "Root Cause (first observed failure):"
+_RANK_PREFIX = re.compile(r"^\[rank(\d+)\]: ?(.*)$")
+
+
+def failed_workers(stderr: str) -> tuple[dict[int, int], int | None]:
+    """From torchrun's `stderr`, its last report of failed workers: each failed worker's exit status by
+    rank (-N: killed by signal N), and the rank that failed first (its ``Root Cause``); ({}, None)
+    without a report."""
+    titles = list(_REPORT_TITLE.finditer(stderr))
+    if not titles:
+        return {}, None
+    report = stderr[titles[-1].end() :]
+    failed = {int(rank): int(code) for rank, code in _WORKER.findall(report)}
+    root = _WORKER.search(report, report.find(_ROOT_CAUSE)) if _ROOT_CAUSE in report else None
+    return failed, int(root[1]) if root else None
+
+
+def rank_lines(stderr: str, rank: int) -> list[str]:
+    """The lines of `stderr` that rank `rank` printed with torch.distributed's ``[rankR]: `` prefix (its
+    uncaught exceptions after ``init_process_group``), without the prefix."""
+    lines = []
+    for line in stderr.splitlines():
+        match = _RANK_PREFIX.match(line)
+        if match and int(match[1]) == rank:
+            lines.append(match[2])
+    return lines

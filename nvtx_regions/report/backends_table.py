@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 
 from ..core.naming import rule_category
 from ..core.table import text_table
-from ..selection.compile import CompiledSpec, OpRule
+from ..language.tree import render
+from ..selection.compile import CompiledSpec, EachRule, OpRule, RegionRule
 from ..selection.support import BACKEND_NAMES, why_not
 from .numbers import format_duration, format_ratio, format_spread
 from .reader import Ranges
@@ -84,6 +85,8 @@ class BackendsTable:
     failures: tuple[str | None, ...]
     notes: tuple[str, ...] = ()
     regions: bool = False  # whether some rows are regions
+    ran: tuple[tuple[int, ...], ...] = ()  # per backend, the step numbers that ran (measured or not)
+    row_rules: tuple[str, ...] = ()  # the spec's rules that give rows (each module, each class, between), as written
 
     def row(self, module: str, phase: str) -> BackendRow:
         """The row of `module` in `phase`; KeyError when no backend has it."""
@@ -127,6 +130,7 @@ def compare_backends(
     time, use_gpu, mixed = time_kind(s for s in summaries if s is not None)
     per_backend: list[Mapping[Key, Timing]] = []
     steps: list[tuple[int, ...]] = []
+    ran: list[tuple[int, ...]] = []
     notes: list[str] = []
     order: dict[Key, int] = {}
     categories: dict[Key, str | None] = {}
@@ -134,10 +138,12 @@ def compare_backends(
         if summary is None:
             per_backend.append({})
             steps.append(())
+            ran.append(())
             continue
         times = summary.times(use_gpu)
         per_backend.append(times)
         steps.append(summary.steps)
+        ran.append(summary.ran)
         notes += [f"{run.backend}: {note}" for note in summary.notes]
         for key in times:
             order.setdefault(key, len(order))
@@ -156,9 +162,10 @@ def compare_backends(
     rows.sort(key=lambda row: -_largest(row, base))
     if mixed:
         notes.append("some reports hold CUDA kernels and some do not, so CPU times are shown for all")
+    row_rules = tuple(render(r.rule) for r in (spec.rules if spec is not None else ()) if isinstance(r, (EachRule, RegionRule)))
     return BackendsTable(
         backends, baseline, time, tuple(rows), modules, tuple(steps), warmup,
-        tuple(run.failure for run in runs), tuple(notes), any(row.region for row in rows),
+        tuple(run.failure for run in runs), tuple(notes), any(row.region for row in rows), tuple(ran), row_rules,
     )  # fmt: skip
 
 
@@ -228,8 +235,11 @@ def render_backends(table: BackendsTable) -> str:
         f"{table.time} per {what}: median over the measured steps (n ranges: shortest..longest), warm-up {warm} left out; "
         f"ratio: backend / {table.baseline}"
     ]
-    for backend, steps, failure in zip(table.backends, table.steps, table.failures):
-        lines.append(f"  {backend}: " + ("failed (see below)" if failure is not None else f"steps {steps_text(steps)} measured"))
+    for backend, steps, ran, failure in zip(table.backends, table.steps, table.ran or [()] * len(table.backends), table.failures):
+        said = "failed (see below)" if failure is not None else f"steps {steps_text(steps)} measured"
+        if failure is None and not steps and ran:
+            said += f" ({len(ran)} ran: {steps_text(ran)})"
+        lines.append(f"  {backend}: {said}")
     head = ["module", "pass", *table.backends, *(f"{table.backends[i]}/{table.baseline}" for i in others)]
     body = []
     for row in table.rows:
@@ -243,6 +253,12 @@ def render_backends(table: BackendsTable) -> str:
         lines.append("(no module ranges: every run failed)")
     elif not table.rows and any("no step left to measure" in note for note in table.notes):
         lines.append("(no step left to measure: every module range is in the compile step or the warm-up steps)")
+    elif not table.rows and table.row_rules:
+        lines.append(
+            f"(no module or region ranges in any run: the spec's rules {'; '.join(table.row_rules)} left none; they matched "
+            "no module call, or their gates (steps, rank in) never opened: each run's warning, on its stderr, names a rule "
+            "that selected nothing and the nearest names)"
+        )
     elif not table.rows:
         lines.append("(no module or region ranges in any run: the spec needs an `each module`, `each class` or `between` rule)")
     after = [f"note: {note}" for note in table.notes]

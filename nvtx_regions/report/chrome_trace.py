@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Union
@@ -81,7 +82,15 @@ def load_trace(source: TraceInput) -> tuple[str, Any]:
             raise CaptureFileError(f"{where}: cannot read the capture file: {error.strerror or error}") from None
         except RecursionError:
             raise CaptureFileError(f"{where}: JSON nested too deeply to be a Chrome trace; {_FIX}") from None
-        except (UnicodeDecodeError, ValueError) as error:  # JSONDecodeError, and int() limits, are ValueErrors
+        except json.JSONDecodeError as error:
+            if _cut_short(error):
+                what = "empty" if not error.doc.strip() else f"cut short: its JSON ends mid-way, at byte {len(error.doc.encode())}"
+                raise CaptureFileError(
+                    f"{where}: {what} (the run that wrote it was killed, or the disk filled); "
+                    "run that command again, to its end, with room on the disk"
+                ) from None
+            raise CaptureFileError(f"{where}: not JSON ({error}); {_FIX}") from None
+        except (UnicodeDecodeError, ValueError) as error:  # int() limits are ValueErrors too
             raise CaptureFileError(f"{where}: not JSON ({error}); {_FIX}") from None
         return where, data
     return where, source
@@ -98,6 +107,15 @@ def trace_events(source: TraceInput, *, where: str | None = None) -> tuple[str, 
             f"{where}: not a Chrome trace (expected a 'traceEvents' list or a list of events); {_FIX}"
         )
     return where, events
+
+
+# What is left of a number or a literal that a file's end cut short.
+_PARTIAL_TOKEN = re.compile(r"[-+.0-9eE]*|t(r(u)?)?|f(a(l(s)?)?)?|n(u(l)?)?|N(a)?|-?I(n(f(i(n(i(t)?)?)?)?)?)?")
+
+
+def _cut_short(error: json.JSONDecodeError) -> bool:
+    """Whether the JSON was cut short: more text after its end could make it valid (a writer was stopped)."""
+    return error.msg.startswith("Unterminated string") or _PARTIAL_TOKEN.fullmatch(error.doc[error.pos :].rstrip()) is not None
 
 
 def _where(source: TraceInput) -> str:

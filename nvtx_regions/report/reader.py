@@ -122,6 +122,8 @@ def _read(source: Source, domain: Any, rank: int | None) -> tuple[RangeFile, set
         return _kept(RangeFile(path, False, tuple(records), gpu_ns, kernels, torch=True), domain, rank)
     if path.endswith(CAPTURE_SUFFIX):
         return _kept(RangeFile(path, False, tuple(load_chrome_trace(path))), domain, rank)
+    if not os.path.lexists(path):  # a name mistyped, more likely than a report of another kind
+        raise CaptureFileError(f"{path}: no such file or folder; give reports ({', '.join(SUFFIXES)}) or profile output folders")
     raise CaptureFileError(
         f"{path}: not a report this reads: pass an Nsight Systems report "
         f"({', '.join(REPORT_SUFFIXES)}), a capture from 'nvtx-regions capture -o FILE.json', "

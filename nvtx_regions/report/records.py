@@ -24,7 +24,8 @@ from .reader import Ranges
 
 __all__ = ["ModuleRow", "module_range", "module_rows", "render_modules", "render_report"]
 
-_MODULE_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*")
+# A module path: names of attributes or of a container's items (a Sequential's ``0``, ``layers.0``).
+_MODULE_PATH = re.compile(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*")
 
 
 @dataclass(frozen=True)
@@ -50,8 +51,8 @@ def module_range(record: RangeRecord) -> tuple[str, str] | None:
 def module_rows(records: Iterable[RangeRecord]) -> list[ModuleRow]:
     """The module ranges among `records`, one row per (domain, module path), in order of first start.
 
-    A module range's message is a module path (``transformer.h.0``, or the
-    root module's class name), plus ``" (backward)"`` for its backward range,
+    A module range's message is a module path (``transformer.h.0``; ``0``, a
+    ``Sequential``'s first item; or the root module's class name), plus ``" (backward)"`` for its backward range,
     and differs from its NVTX category's name (a region's range is named
     after its label, which is also its category's name).
     """

@@ -26,7 +26,15 @@ left out, and the notes say how many.
 
 The median of a row is the lower middle call for an even n (`statistics.median_low`):
 over two calls, one a 125 ms spike (a compile, a page fault), it is the other call, never
-their mean. `Timing.low_ns` and `Timing.high_ns` give the spread across calls.
+their mean. `Timing.low_ns` and `Timing.high_ns` give the spread across calls, and
+`Timing.high_step` the step of the longest call.
+
+An outlier is a call over `OUTLIER_RATIO` (3) times its row's median and longer than it
+by `OUTLIER_FLOOR_NS` (20 ms) or more (`is_outlier`): a one-off stall (a GC pause, a
+retried send, a page-in from disk), not a slow rank, whose every call is slow and whose
+median is. Both bounds keep noise out: the ratio, a slower call of a long module; the
+floor, a short call the OS took the core from, which can be 100 times its median: a few
+ms, and over 10 ms on a CPU with three busy processes per core. `Timing.outliers` counts them.
 
 Time: a summary keeps CPU (wall-clock) times, and GPU times where its files
 hold CUDA kernels (counting the ranges that launched GPU work); a table shows
@@ -47,8 +55,8 @@ from ..selection.compile import CompiledSpec, OpRule, RegionRule
 from .reader import Ranges
 from .records import module_range
 
-__all__ = ["Key", "Timing", "RowKinds", "RankSummary", "summarize", "summarize_ranks", "time_kind",
-           "GPU_TIME", "CPU_TIME", "TORCH_GPU_TIME", "TORCH_CPU_TIME"]  # fmt: skip
+__all__ = ["Key", "Timing", "RowKinds", "RankSummary", "summarize", "summarize_ranks", "time_kind", "is_outlier",
+           "OUTLIER_RATIO", "OUTLIER_FLOOR_NS", "GPU_TIME", "CPU_TIME", "TORCH_GPU_TIME", "TORCH_CPU_TIME"]  # fmt: skip
 
 GPU_TIME = "GPU-projected time"
 CPU_TIME = "CPU time"
@@ -59,21 +67,38 @@ Key = tuple[str, str]
 """A row: (module path or region label, pass)."""
 
 
+OUTLIER_RATIO = 3.0
+OUTLIER_FLOOR_NS = 20_000_000  # 20 ms
+
+
+def is_outlier(call_ns: float, median_ns: float) -> bool:
+    """Whether a call of `call_ns` is an outlier among calls of median `median_ns` (see the module doc)."""
+    return call_ns > OUTLIER_RATIO * median_ns and call_ns - median_ns >= OUTLIER_FLOOR_NS
+
+
 @dataclass(frozen=True)
 class Timing:
-    """One row's calls: how many were measured, their median (the lower middle one for an even n), and
-    their spread (the shortest and the longest call), in ns."""
+    """One row's calls: how many were measured, their median (the lower middle one for an even n), their
+    spread (the shortest and the longest call), in ns; the step of the longest call (None without step
+    numbers), and how many calls are outliers (`is_outlier`)."""
 
     n: int
     median_ns: float
     low_ns: float | None = None
     high_ns: float | None = None
+    high_step: int | None = None
+    outliers: int = 0
 
     @classmethod
-    def of(cls, durations: Iterable[float]) -> Timing:
-        """The timing of `durations` (ns; at least one)."""
-        found = sorted(durations)
-        return cls(len(found), statistics.median_low(found), found[0], found[-1])
+    def of(cls, durations: Iterable[float], steps: Iterable[int] | None = None) -> Timing:
+        """The timing of `durations` (ns; at least one), made in `steps` (one per duration) where given.
+        Of calls equally long, the longest is the first."""
+        found = list(durations)
+        at = sorted(found)
+        median = statistics.median_low(at)
+        longest = max(range(len(found)), key=found.__getitem__)
+        step = list(steps)[longest] if steps is not None else None
+        return cls(len(found), median, at[0], at[-1], step, sum(is_outlier(call, median) for call in found))
 
 
 @dataclass(frozen=True)
@@ -126,6 +151,7 @@ class RankSummary:
     notes: tuple[str, ...] = ()
     torch: bool = False
     sources: tuple[str, ...] = ()
+    ran: tuple[int, ...] = ()  # the numbers of every step range in the files, measured or not
 
     def times(self, use_gpu: bool) -> Mapping[Key, Timing]:
         """The GPU timings with `use_gpu` (when there are any), else the CPU ones."""
@@ -165,6 +191,8 @@ def summarize(
         )
     cpu_times: dict[Key, list[int]] = {}
     gpu_times: dict[Key, list[int]] = {}
+    cpu_steps: dict[Key, list[int]] = {}  # the step of each call in cpu_times, where there are step ranges
+    gpu_steps: dict[Key, list[int]] = {}
     categories: dict[Key, str | None] = {}
     measured: set[int] = set()
     warm = outside = unclosed = 0
@@ -186,9 +214,12 @@ def summarize(
                 warm += 1
                 continue
             measured.add(found[at][2])
+            cpu_steps.setdefault(key, []).append(found[at][2])
         cpu_times.setdefault(key, []).append(record.duration_ns)
         if gpu is not None and gpu[index] is not None:  # a range that launched no GPU work has no GPU time
             gpu_times.setdefault(key, []).append(gpu[index])
+            if steps:
+                gpu_steps.setdefault(key, []).append(found[at][2])
     if unclosed:
         notes.append(
             f"{unclosed} module range{'s' * (unclosed != 1)} never ended (the process crashed or was stopped inside "
@@ -204,10 +235,10 @@ def summarize(
         )
     return RankSummary(
         rank,
-        {key: Timing.of(found) for key, found in cpu_times.items()},
-        {key: Timing.of(found) for key, found in gpu_times.items()} if gpu is not None else None,
+        {key: Timing.of(found, cpu_steps.get(key)) for key, found in cpu_times.items()},
+        {key: Timing.of(found, gpu_steps.get(key)) for key, found in gpu_times.items()} if gpu is not None else None,
         {key: categories[key] for key in cpu_times},
-        tuple(sorted(measured)), tuple(notes), torch, sources,
+        tuple(sorted(measured)), tuple(notes), torch, sources, tuple(sorted({n for found in steps.values() for *_, n in found})),
     )  # fmt: skip
 
 

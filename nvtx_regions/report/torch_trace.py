@@ -9,8 +9,11 @@ one ``user_annotation`` complete event per ``record_function`` range (the
 ranges of nvtx_regions' record_function sink), with ``ts`` and ``dur`` in µs
 on the CPU, and on CUDA one ``gpu_user_annotation`` event per range that
 launched GPU work, from its first kernel's start to its last one's end, tied
-to its CPU range by ``args["External id"]``. torch.profiler's own
-``ProfilerStep#N`` ranges are not ours and are passed over.
+to its CPU range by ``args["External id"]``. A step's range is named
+``ProfilerStep#N``, as torch.profiler's own ``profile.step()`` names it, and
+as `nvtx_regions.steps` names its steps there (for HTA and TensorBoard): it is
+read as the record of step N, ``step N`` in the category
+``nvtx_regions.steps``, as an nsys report or a capture gives it.
 
 The records have no NVTX domain (record_function has none: domain None) and no
 category; their rank is the trace's ``distributedInfo.rank`` where the process
@@ -24,11 +27,13 @@ Nothing here imports torch or thunder.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 
 from ..capture.chrome import RangeRecord
 from ..capture.events import int_or_none
 from ..core.errors import CaptureFileError
+from ..core.profiling import PROFILER_STEP, STEP_CATEGORY, step_message
 from .chrome_trace import complete_events, load_trace
 
 __all__ = ["CPU_CATEGORY", "GPU_CATEGORY", "KERNEL_CATEGORY", "TORCH_SUFFIX", "read_torch_trace"]
@@ -38,7 +43,7 @@ CPU_CATEGORY = "user_annotation"
 GPU_CATEGORY = "gpu_user_annotation"
 KERNEL_CATEGORY = "kernel"
 _EXTERNAL_ID = "External id"
-_TORCHS_OWN = "ProfilerStep#"
+_STEP = re.compile(re.escape(PROFILER_STEP) + r"(\d+)")
 
 
 def read_torch_trace(path: str | os.PathLike[str]) -> tuple[list[RangeRecord], tuple[int | None, ...] | None, int]:
@@ -57,7 +62,7 @@ def read_torch_trace(path: str | os.PathLike[str]) -> tuple[list[RangeRecord], t
             gpu[event.args[_EXTERNAL_ID]] = round(event.dur_us * 1000)
         elif category == KERNEL_CATEGORY:
             kernels += 1
-        elif category == CPU_CATEGORY and not event.name.startswith(_TORCHS_OWN):
+        elif category == CPU_CATEGORY:
             if event.ts_us is None:
                 raise CaptureFileError(f"{where}: event {event.index}: range {event.name!r} has no 'ts'")
             ranges.append(event)
@@ -74,7 +79,9 @@ def read_torch_trace(path: str | os.PathLike[str]) -> tuple[list[RangeRecord], t
         enclosing = open_ends.setdefault(thread, [])
         while enclosing and enclosing[-1] < end:
             enclosing.pop()
-        records.append(RangeRecord(*thread, None, event.name, start, end, depth=len(enclosing), rank=rank))
+        step = _STEP.fullmatch(event.name)
+        name, category_name = (step_message(int(step[1])), STEP_CATEGORY) if step else (event.name, None)
+        records.append(RangeRecord(*thread, None, name, start, end, depth=len(enclosing), category_name=category_name, rank=rank))
         enclosing.append(end)
     gpu_ns = tuple(gpu.get(event.args.get(_EXTERNAL_ID)) for event in ranges) if gpu or kernels else None
     return records, gpu_ns, kernels

@@ -66,6 +66,12 @@ class Domain:
         parts = tuple(sink.attributes(self, message, color, category) for sink in self.sink_objects)
         return parts[0] if len(parts) == 1 else parts
 
+    def step_attributes(self, number: int) -> Any:
+        """What the push of training step `number`'s range takes, each sink naming it as its readers
+        find steps (`runtime.sinks.Sink.step_attributes`)."""
+        parts = tuple(sink.step_attributes(self, number) for sink in self.sink_objects)
+        return parts[0] if len(parts) == 1 else parts
+
 
 def nvtx_domain(name: str | None) -> Any:
     """The `nvtx` package's domain object for `name`: a real one whenever an NVTX tool is attached.

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..core.markers import RECORD_FUNCTION
-from ..core.profiling import ENV_EMIT, emit_sinks
+from ..core.profiling import ENV_EMIT, STEP_CATEGORY, emit_sinks, profiler_step_message, step_message
 from ..internals.nvtx_calls import c_push_pop, c_start_end
 from ..internals.profiler import user_scope_functions
 
@@ -105,6 +105,11 @@ class Sink:
         """What a push of this sink takes, for the range `message` of `domain`."""
         raise NotImplementedError
 
+    def step_attributes(self, domain: Any, number: int) -> Any:
+        """What a push of this sink takes for training step `number`'s range (`nvtx_regions.steps`):
+        ``step N`` in the category ``nvtx_regions.steps``, as our reports and nsys read it."""
+        return self.attributes(domain, step_message(number), None, STEP_CATEGORY)
+
     def calls(self, domain: Any) -> Any:
         """The push, pop, start and end of `domain`'s ranges in this sink (an `NvtxCalls`)."""
         raise NotImplementedError
@@ -136,6 +141,11 @@ class ProfilerSink(Sink):
 
     def attributes(self, domain: Any, message: str, color: int | None, category: str | None) -> Any:
         return message
+
+    def step_attributes(self, domain: Any, number: int) -> Any:
+        # torch.profiler's own name for a step (its `profile.step()` writes it): HTA and
+        # TensorBoard's profiler plugin find iterations by it, and read no other.
+        return profiler_step_message(number)
 
     def calls(self, domain: Any) -> Any:
         return NvtxCalls(*record_function_calls(), None)
