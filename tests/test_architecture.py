@@ -8,6 +8,8 @@ the wrong way fails here as surely as a top-level one.
 from __future__ import annotations
 
 import ast
+import functools
+import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -227,8 +229,6 @@ def test_light_layers_do_not_import_thunder_or_torch():
 
 
 def _all_visitors() -> list[type]:
-    import importlib
-
     from nvtx_regions.language.tree import Visitor
 
     for name in modules():
@@ -370,6 +370,8 @@ PRIVATE_ALLOWED: dict[tuple[str, str], str] = {
     ("torch._dynamo.symbolic_convert", "dynamo"): "torch 2.8, 2.11 and 2.14.1",
     ("torch._dynamo.assume_constant_result", "dynamo"): "torch 2.8, 2.11 and 2.14.1",
     ("torch._dynamo.callback.callback_handler", "dynamo"): "torch 2.8, 2.11 and 2.14.1",
+    ("torch._dynamo.convert_frame", "dynamo"): "torch 2.8, 2.11 and 2.14.1",
+    ("torch._dynamo.config", "dynamo"): "torch 2.8, 2.11 and 2.14.1",
     ("torch._dynamo.eval_frame.OptimizedModule", "inductor_origins"): "torch 2.8, 2.11 and 2.14.1",
     ("torch.distributed.algorithms._checkpoint.checkpoint_wrapper.ActivationWrapper", "inductor_origins"): "torch 2.8, 2.11 and 2.14.1",
     ("torch._inductor.compile_fx.compile_fx", "inductor"): TORCH_214,
@@ -490,27 +492,42 @@ def _resolve(path: str) -> object:
     raise ImportError(path)
 
 
-def test_every_allowed_torch_reach_exists_in_the_installed_torch():
-    missing = []
-    for reach, _ in PRIVATE_ALLOWED:
-        if reach.startswith("torch."):
+def _missing_of(allowed, library: str) -> tuple[int, list[str]]:
+    """How many reaches of `allowed` into `library` were checked, and those missing, with why."""
+    checked, missing = 0, []
+    for reach, _ in allowed:
+        if reach.startswith(f"{library}."):
+            checked += 1
             try:
                 _resolve(reach)
             except (ImportError, AttributeError) as error:
                 missing.append(f"{reach}: {error}")
+    return checked, missing
+
+
+def test_every_allowed_torch_reach_exists_in_the_installed_torch():
+    missing_of = functools.partial(_missing_of, library="torch")
+    checked, missing = missing_of(PRIVATE_ALLOWED)
     assert missing == []
+    assert checked >= 25, f"only {checked} torch reaches checked"  # 31 when written
+    # The positive control: the same check reports a reach the installed torch lacks, whether its
+    # module or its attribute is missing.
+    assert missing_of([("torch._C._no_such_reach", "x"), ("torch._no_such_module.f", "x"), ("torch._C._nn", "x")]) == (
+        3, ["torch._C._no_such_reach: module 'torch._C' has no attribute '_no_such_reach'",
+            "torch._no_such_module.f: module 'torch' has no attribute '_no_such_module'"],
+    )  # fmt: skip
 
 
 @pytest.mark.thunder
 def test_every_allowed_thunder_reach_exists_in_the_installed_thunder():
-    missing = []
-    for reach, _ in PRIVATE_ALLOWED:
-        if reach.startswith("thunder."):
-            try:
-                _resolve(reach)
-            except (ImportError, AttributeError) as error:
-                missing.append(f"{reach}: {error}")
+    missing_of = functools.partial(_missing_of, library="thunder")
+    checked, missing = missing_of(PRIVATE_ALLOWED)
     assert missing == []
+    assert checked >= 5, f"only {checked} thunder reaches checked"  # 7 when written
+    # The positive control: the same check reports a reach the installed thunder lacks.
+    assert missing_of([("thunder.core.compile_data._no_such_reach", "x"), ("thunder.core.compile_data.get_compile_data", "x")]) == (
+        2, ["thunder.core.compile_data._no_such_reach: module 'thunder.core.compile_data' has no attribute '_no_such_reach'"],
+    )  # fmt: skip
 
 
 def test_the_torch_thunder_reach_finder_finds_planted_reaches(tmp_path):

@@ -174,17 +174,30 @@ def test_nsys_sees_the_models_own_markers(tmp_path):
     assert not [key for key in seen if key[1] == "mixer"]
 
 
-def test_the_substitutes_are_installed_and_put_back():
+@pytest.mark.parametrize("earlier", [False, True], ids=["none-installed", "an-NvtxInductor-installed-them"])
+def test_the_substitutes_are_installed_and_put_back(request, earlier):
+    """Runs whatever ran before in this process: an NvtxInductor made earlier (by another test of
+    this worker, or here, with `earlier`) installed the substitutes for the life of the process;
+    the test puts torch's and nvtx's own functions back first, and at its end leaves the
+    substitutes as it found them."""
     import nvtx
     import torch
     import torch.cuda.nvtx as torch_nvtx
 
+    from nvtx_regions.inductor import NvtxInductor
     from nvtx_regions.internals import compiled_markers
 
     if compiled_markers.installed():
-        pytest.skip("an NvtxInductor of this process installed them already")
+        request.addfinalizer(compiled_markers.install)
+    if earlier:
+        NvtxInductor("each module <*>")  # what an earlier test's backend leaves behind
+        assert compiled_markers.installed()
+    compiled_markers.uninstall()
     config = torch._dynamo.config
     before = (torch_nvtx.range_push, torch_nvtx.range_pop, torch_nvtx.range, nvtx.push_range, nvtx.annotate.__enter__)
+    # torch's and nvtx's own functions, not substitutes an earlier install left
+    assert not compiled_markers.installed()
+    assert [f.__module__ for f in before] == ["torch.cuda.nvtx"] * 3 + ["nvtx.nvtx"] * 2, before
     capture = getattr(config, "capture_profiler_record_function", None)  # torch 2.8 lacks it
     early = types.ModuleType("early_user_model")  # did `from torch.cuda.nvtx import range_push as push`
     early.push = torch_nvtx.range_push

@@ -169,13 +169,23 @@ def test_a_call_that_returns_or_changes_its_input_gets_its_own_backward_range(nv
 
 
 def test_a_graph_recorded_before_remove_gets_no_backward_range(nvtx_capture):
-    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
-    handle = annotate(model, "each module <*>")
-    loss = model(torch.randn(2, 4, requires_grad=True)).sum()
-    handle.remove()
-    with nvtx_capture() as events:
-        loss.backward()
-    assert [e for e in events if e.domain == "nvtx_regions"] == []
+    def backward_of_a_graph_recorded_before(remove: bool) -> list[str | None]:
+        """The messages of our ranges a graph recorded under the annotation gets in its backward,
+        run after `remove()` or (the control) before it."""
+        model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
+        handle = annotate(model, "each module <*>")
+        loss = model(torch.randn(2, 4, requires_grad=True)).sum()
+        if remove:
+            handle.remove()
+        with nvtx_capture() as events:
+            loss.backward()
+        handle.remove()
+        return [e.message for e in events if e.domain == "nvtx_regions" and e.kind in ("push", "start")]
+
+    # The positive control: the same graph, backward run with the annotation still on, gets its
+    # ranges, and the capture sees them; so an empty capture below is remove()'s doing.
+    assert backward_of_a_graph_recorded_before(remove=False) == ["1 (backward)", "0 (backward)"]
+    assert backward_of_a_graph_recorded_before(remove=True) == []
 
 
 def test_nothing_keeps_an_annotation_alive_after_its_steps_or_remove():

@@ -157,6 +157,45 @@ def test_the_recompile_limit_is_not_silent(monkeypatch, tmp_path):
     torch._dynamo.reset()
 
 
+class Doubled(torch.nn.Module):
+    def forward(self, x):
+        return x * 2
+
+
+def test_the_recompile_limit_is_heard_whatever_the_log_level_and_names_the_users_function(monkeypatch, tmp_path, caplog):
+    """Dynamo's loggers at ERROR (a quiet notebook): Dynamo logs nothing of the limit (the control: no
+    record reaches any handler), yet the notice comes. The code Dynamo compiles is its own wrapper
+    (``external_utils.wrap_inline``'s ``inner``, as for a module whose forward it skips); the notice
+    names the user's function, with its file and line, not Dynamo's ``inner``."""
+    import inspect
+    import logging
+
+    from torch._dynamo.external_utils import wrap_inline
+
+    from nvtx_regions.inductor import NvtxInductor
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    torch._dynamo.reset()
+    model = Doubled()
+    compiled = torch.compile(wrap_inline(model), backend=NvtxInductor("each module <**>", model=model), dynamic=False)
+    torch._logging.set_logs(dynamo=logging.ERROR)
+    try:
+        with caplog.at_level(logging.DEBUG), warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            with torch._dynamo.config.patch(recompile_limit=1), torch.no_grad():
+                for rows in (1, 2, 3):
+                    compiled(torch.randn(rows, 4))
+    finally:
+        torch._logging.set_logs()
+    assert not [r for r in caplog.records if "hit config" in r.getMessage()]  # Dynamo said nothing
+    ours = [str(w.message) for w in seen if issubclass(w.category, NvtxRegionsWarning) and "recompile_limit" in str(w.message)]
+    assert len(ours) == 1, [str(w.message) for w in seen]
+    line = inspect.getsourcelines(Doubled.forward)[1]
+    assert f"for Doubled.forward ({__file__}:{line})" in ours[0], ours[0]
+    assert "'inner'" not in ours[0] and "external_utils" not in ours[0]
+    torch._dynamo.reset()
+
+
 @pytest.mark.skipif(
     hasattr(torch._dynamo.config, "capture_profiler_record_function"),
     reason="this torch keeps record_function in compiled code (NvtxInductor turns the option on)",

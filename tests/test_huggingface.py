@@ -151,6 +151,32 @@ def _outside_their_layer(events, layers) -> list[str]:
 def test_no_rule_selects_nothing(run):
     # Before the root's name was read past ``L['args'][0]``, every module rule selected nothing.
     assert run.warnings == []
+    # What the warning would come from agrees: in the graphs compiled, each rule selected
+    # something (an empty list of warnings is not a warning lost) ...
+    assert run.backend.explain().reasons == {}
+    # ... and, the positive control, the same graphs asked about a rule that selects nothing say so.
+    nowhere = f"{run.layers[0].rpartition('.')[0]}.9"
+    assert [nowhere in reason for reason in run.backend.explain(f"each module <{nowhere}>").reasons.values()] == [True]
+
+
+@pytest.mark.slow
+def test_the_warnings_recorded_hold_a_rule_that_selects_nothing():
+    """The positive control of `test_no_rule_selects_nothing`'s first check: recorded as `run`
+    records them (the step that compiles, under an NvtxInductor given the model), the warnings of a
+    rule that selects nothing in llama are there, and only its."""
+    from nvtx_regions.inductor import NvtxInductor
+
+    transformers = require_transformers()
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = _llama(transformers)
+    backend = NvtxInductor("each module <model.layers.*>\neach module <model.layerz.*>", model=model)
+    compiled = torch.compile(model, backend=backend)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        compiled(input_ids=_ids(), labels=_ids()).loss.backward()  # compiles
+    ours = [str(w.message) for w in seen if issubclass(w.category, NvtxRegionsWarning)]
+    assert len(ours) == 1 and "model.layerz" in ours[0] and "model.layers.*>" not in ours[0], ours
 
 
 def test_each_layer_has_its_forward_and_backward_range_each_step_as_eager(run):
@@ -183,6 +209,7 @@ def test_the_loss_kernels_belong_to_no_layer(run):
         assert not any(path == layer or path.startswith(layer + ".") for layer in run.layers), (kernel.name, path)
 
 
+@pytest.mark.slow  # the default tier stays under 6 minutes; CI runs the slow tier
 def test_the_docs_example_runs_and_emits_each_layers_ranges():
     require_transformers()
     _needs_capture()

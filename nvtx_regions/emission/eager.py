@@ -75,10 +75,11 @@ import warnings
 from typing import Any
 
 from ..core.errors import NvtxRegionsWarning
-from ..runtime.handle import HANDLE, SpecHandle
+from ..runtime.handle import HANDLE, SpecHandle, take_model
 from ..core.naming import DEFAULT_DOMAIN, class_name, module_call_name, range_message
 from ..core.profiling import DEFAULT_SELECT
 from ..language.parse import given_spec, spec_from_arguments
+from ..language.tree import render
 from ..selection.compile import CompiledSpec, EachMarkerRule, compile_spec
 from ..selection.explanation import Explanation, explain_views
 from ..selection.plan import make_plan
@@ -86,6 +87,7 @@ from ..selection.support import report_unsupported, restrict
 from .eager_view import module_views
 from ..internals.compiled_markers import keeps_markers
 from ..internals.dynamo import called_while_traced, run_outside_dynamo, traced_self
+from ..internals.frames import outside_package
 from ..internals.inductor_origins import model_modules
 from ..runtime.clock import watch_step_gates
 from ..runtime.domain import Domain
@@ -99,9 +101,10 @@ class EagerAnnotation(SpecHandle):
     """The hooks `annotate` put on a model. `remove()` takes them off; also a context manager.
 
     `explain()` says what each rule selected; `messages` lists the ranges of a step.
-    One annotation per model: it is the model's ``nvtx_regions_backend`` (what
+    One owner per model (`runtime.handle.take_model`): it is the model's ``nvtx_regions_backend`` (what
     `nvtx_regions.explain(model)` reads, as on an Inductor-compiled model), and a new one on the
-    same model removes the last one first, so a notebook cell run again does not stack hooks.
+    same model removes the last one first, so a notebook cell run again does not stack hooks; an
+    Inductor backend that took the model lets go of it (and the other way round, with a warning).
     """
 
     def __init__(
@@ -115,9 +118,8 @@ class EagerAnnotation(SpecHandle):
         self._handles: list[Any] = []  # the root's pre-hook's
         self._targets: list[HookTarget] = []
         report_unsupported(self.compiled, strict=strict, stacklevel=3)
-        previous = vars(model).get(HANDLE)
-        if isinstance(previous, EagerAnnotation) and previous.model is model:  # not a copy's
-            previous.remove()
+        # One owner per model: an annotation made before on it, or an Inductor backend's hooks, come off.
+        take_model(model, self, stacklevel=outside_package())
         try:
             self._install()
             self._report_unselected()
@@ -150,6 +152,13 @@ class EagerAnnotation(SpecHandle):
         return explain_views(
             compiled, self.views, unit="module", plans=plans, header=header, max_ops=max_ops, domain=self.domain_name
         )
+
+    def __repr__(self) -> str:
+        return f"annotate({type(self.model).__name__}, {'; '.join(render(r) for r in self.compiled.spec.rules)!r})"
+
+    def let_go(self, model: Any) -> None:
+        """Another annotation or backend took the model: this one is removed."""
+        self.remove()
 
     def remove(self) -> None:
         """Remove every hook and restore each module's hook state; pop ranges left open on this thread."""

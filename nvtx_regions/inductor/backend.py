@@ -43,6 +43,8 @@ Promises:
   and popped in another, a message not known when compiling) is left out, named in a warning
   (`internals.compiled_markers`).
 - Without a spec, the spec is ``each module <**>``, as for `compile` and `annotate`.
+- One owner per model: a backend given a model (`model=`, `adopt`) takes it, and an annotation of it
+  comes off (and the other way round): each range once (`runtime.handle.take_model`).
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ from ..language.tree import render
 from ..selection.plan import Plan, make_plan
 from ..runtime.ranges import pending_instance, set_instance
 from ..runtime.sinks import chosen_sinks
-from .check import check_spec
+from .check import check_spec, held_before_messages, left_out_message
 from .instances import FrameRoot, Models, frame_root, same_class, structure
 from .kernels import KernelView, inside_call, kernel_view, rebase, view_from_literal, view_literal
 from . import dynamo_events, loaded
@@ -168,13 +170,8 @@ class NvtxInductor(SpecHandle):
         if model is not None:
             self.adopt(model)
         dynamo_events.watch()
-        for module, name, api in compiled_markers.held_before():
-            self._say(
-                f"held:{module}.{name}",
-                f"{self!r}: {module}.{name} is {api} as it was before NvtxInductor existed (a 'from ... import'), so "
-                "under torch.compile its calls break the graph (fullgraph=True: an error) and run outside the compiled "
-                f"code. Call it as {api}(...) instead",
-            )
+        for where, message in held_before_messages():
+            self._say(where, f"{self!r}: {message}")
 
     @property
     def _paths(self) -> dict[str, str] | None:
@@ -191,10 +188,12 @@ class NvtxInductor(SpecHandle):
                 "backend was made for; make a backend for it: NvtxInductor(..., model=that_model)"
             )
         self._models.add(model)
-        if self.outside.add(model):
-            # A first call that runs in Python with no graph compiled: said, and named by hooks (`outside`).
-            outside = self.outside
-            outside.watch_first_call(model, lambda: outside.loaded_any, lambda text: self._say("uncompiled", f"{self!r}: {text}"))
+        self.outside.take(model, self, lambda text: self._say("uncompiled", f"{self!r}: {text}"))
+
+    def let_go(self, model: Any) -> None:
+        """An annotation or another backend took `model`: its hooks of this backend come off (its graphs
+        keep their ranges)."""
+        self.outside.discard(model)
 
     def __repr__(self) -> str:
         return f"NvtxInductor({'; '.join(render(r) for r in self.spec.rules)!r}, domain={self.domain_name!r})"
@@ -383,7 +382,7 @@ class NvtxInductor(SpecHandle):
             self._around_no_kernel(number, view)
         if left_out is not None:
             views = []
-            self._say(f"left out:{left_out}", self._left_out_message(root, view, left_out))
+            self._say(f"left out:{left_out}", f"{self!r}: {left_out_message(root, view, left_out)}")
         if frame is not None and self._tree is not None:
             # The root's calls span the graph break (unless its graph is its whole call), and so do the
             # calls of every module above it.
@@ -408,16 +407,6 @@ class NvtxInductor(SpecHandle):
                     "of the compiled graph (Inductor compiled its ops to none: views, constants, or ops it removed), "
                     "so it gets no range: put it around ops that compute",
                 )
-
-    def _left_out_message(self, root: str | None, view: KernelView, why: str) -> str:
-        modules = sorted({call.path for op in view.ops if op.chain for call in op.chain})
-        inside = f" (its modules: {', '.join(modules[:4])}{', ...' if len(modules) > 4 else ''})" if modules else ""
-        where = f"a graph of {root!r}'s code{inside}" if root else f"a graph{inside}"
-        return (
-            f"{self!r}: {where} gets no NVTX range: Dynamo compiled it on its own after a graph break, and {why}. "
-            "Remove the graph break (TORCH_LOGS=graph_breaks shows where), or use backend='eager', "
-            "which names every module call"
-        )
 
     def _report(self) -> None:
         # At run time (`_after`), outside Dynamo's compile, which would wrap a SelectorError in its own.

@@ -1,4 +1,5 @@
-"""Which rules of a spec mean something under Inductor: the rest is left out, naming the rule and why.
+"""Which rules of a spec mean something under Inductor: the rest is left out, naming the rule and why;
+and the words of the backend's other messages about what gets no range.
 
 What a generated wrapper knows of a kernel is the FX nodes it came from: their
 aten ops, the module calls Dynamo recorded around them and the user's own
@@ -17,11 +18,14 @@ and ``not``/``and``/``or`` of those work. Left out, as the one table of
 
 from __future__ import annotations
 
+from typing import Any
+
+from ..internals import compiled_markers
 from ..language.tree import Spec
 from ..selection.compile import CompiledSpec, compile_spec
 from ..selection.support import report_unsupported, restrict
 
-__all__ = ["check_spec"]
+__all__ = ["check_spec", "held_before_messages", "left_out_message"]
 
 
 def check_spec(spec: Spec, *, strict: bool = True, stacklevel: int = 1) -> CompiledSpec:
@@ -35,3 +39,30 @@ def check_spec(spec: Spec, *, strict: bool = True, stacklevel: int = 1) -> Compi
     compiled = restrict(compile_spec(spec), "inductor")
     report_unsupported(compiled, strict=strict, stacklevel=stacklevel + 1)
     return compiled
+
+
+def left_out_message(root: str | None, view: Any, why: str) -> str:
+    """Why a graph Dynamo compiled on its own after a graph break (of `root`'s code, its kernels in
+    `view`) gets no range, and the way out."""
+    modules = sorted({call.path for op in view.ops if op.chain for call in op.chain})
+    inside = f" (its modules: {', '.join(modules[:4])}{', ...' if len(modules) > 4 else ''})" if modules else ""
+    where = f"a graph of {root!r}'s code{inside}" if root else f"a graph{inside}"
+    return (
+        f"{where} gets no NVTX range: Dynamo compiled it on its own after a graph break, and {why}. "
+        "Remove the graph break (TORCH_LOGS=graph_breaks shows where), or use backend='eager', "
+        "which names every module call"
+    )
+
+
+def held_before_messages() -> list[tuple[str, str]]:
+    """(what, message) for each global of the user's modules that holds an original marker function
+    (`compiled_markers.held_before`): Dynamo meets the original there."""
+    return [
+        (
+            f"held:{module}.{name}",
+            f"{module}.{name} is {api} as it was before NvtxInductor existed (a 'from ... import'), so under "
+            "torch.compile its calls break the graph (fullgraph=True: an error) and run outside the compiled "
+            f"code. Call it as {api}(...) instead",
+        )
+        for module, name, api in compiled_markers.held_before()
+    ]

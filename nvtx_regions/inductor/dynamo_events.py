@@ -1,7 +1,8 @@
 """What Dynamo decides on its own that costs a model its ranges, said as `NvtxRegionsWarning`s: a
 function past a recompile limit (it runs uncompiled from then on), and a ``record_function`` dropped
-from compiled code on a torch that cannot keep it (2.8). Dynamo says either only in its log
-(`internals.dynamo`); without these, the ranges would be gone and nothing would say so.
+from compiled code on a torch that cannot keep it (2.8). Dynamo says either only in its log; the first
+is heard where Dynamo decides it, whatever the user's log level (`internals.dynamo`). Without these,
+the ranges would be gone and nothing would say so.
 """
 
 from __future__ import annotations

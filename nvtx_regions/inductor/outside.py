@@ -48,6 +48,8 @@ from typing import Any, Callable
 
 from ..emission.eager_view import module_views
 from ..internals.dynamo import outside_compiles, run_outside_dynamo
+from ..internals.frames import outside_package
+from ..runtime.handle import take_model
 from ..runtime.domain import Domain
 from ..runtime.module_ranges import DECIDE, FLUSH, HookTarget, ModuleRanges, hook_targets
 from ..selection.compile import CompiledSpec, EachRule
@@ -184,7 +186,7 @@ class EveryModel:
         self.loaded_any = False  # a backend of the key loaded a graph
         self._calls: weakref.WeakKeyDictionary[Any, OutsideCalls] = weakref.WeakKeyDictionary()
         self._needed: set[str] = set()
-        self._watches: list[Any] = []  # the handles of `watch_first_call`'s hooks
+        self._watches: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()  # model -> its `watch_first_call` hook's handle
         self.first_step = FirstStep()
         # Every model's modules carry the same two hooks, under the same ids: Dynamo's guards on them
         # pass from one model to the next.
@@ -194,6 +196,7 @@ class EveryModel:
         weakref.finalize(self, run_outside_dynamo(_stop), self._listening)  # Dynamo's callbacks go with the backend
         self._first_step_over = False
         self._traced = False  # a graph was compiled with the first step's hooks on (`compiling`)
+        self.compiles_started = 0  # Dynamo's compiles begun in the first step (for any backend)
 
     def add(self, model: Any) -> bool:
         """Hook `model` as the others are; False if it was already."""
@@ -213,6 +216,24 @@ class EveryModel:
                 self._listen()
             calls.start_first_step()
         return True
+
+    def take(self, model: Any, owner: Any, say: Callable[[str], None]) -> None:
+        """Hook `model` (`add`) for `owner`, its backend, which becomes the model's owner (one owner per
+        model: `runtime.handle.take_model`); a first call that runs in Python with no graph compiled
+        is said (`say`) and named by hooks (`watch_first_call`)."""
+        take_model(model, owner, stacklevel=outside_package())
+        if self.add(model):
+            self.watch_first_call(model, lambda: self.loaded_any, say)
+
+    def discard(self, model: Any) -> None:
+        """Take `model`'s hooks off (another handle took it: `runtime.handle.take_model`); `add` puts them
+        back."""
+        calls = self._calls.pop(model, None)
+        if calls is not None:
+            calls.remove()
+        watch = self._watches.pop(model, None)
+        if watch is not None:
+            watch.remove()
 
     def need(self, paths: Any) -> None:
         """Hook the calls of `paths` outside every graph, in every model."""
@@ -264,14 +285,16 @@ class EveryModel:
                 return
             self.need(path for path in calls[0].selected if path)  # the model's own call: as `_complete`
             self.first_step_over()  # no graph's backward will end it
-            say(
-                "Dynamo compiled no graph in the model's first call, so it ran without torch.compile "
-                "(TORCH_LOGS=graph_breaks says why: a graph break it could not resume from, say). Its module "
-                "calls get their ranges from hooks, as on eager"
-            )
+            if self.compiles_started:
+                why = ("Dynamo compiled no graph in the model's first call, so it ran without torch.compile "
+                       "(TORCH_LOGS=graph_breaks says why: a graph break it could not resume from, say)")  # fmt: skip
+            else:  # a backend made with model= and never given to torch.compile, or the model called directly
+                why = ("the model's first call ran without torch.compile: Dynamo compiled nothing in it, for this "
+                       "backend or any other. Call what torch.compile(model, backend=...) returned")  # fmt: skip
+            say(f"{why}. Its module calls get their ranges from hooks, as on eager")
 
         handle = model.register_forward_hook(run_outside_dynamo(after_first_call))
-        self._watches.append(handle)
+        self._watches[model] = handle
 
     def ranges_from_hooks(self) -> dict[str, set[int]]:
         """The paths whose calls got a range from the hooks so far, in the order of the model's modules,
@@ -304,7 +327,7 @@ class EveryModel:
         if self._listening:
             _stop(self._listening)
             self.first_step.flush()
-        for handle in self._watches:
+        for handle in list(self._watches.values()):
             handle.remove()
         for calls in self.all():
             calls.remove()
@@ -330,6 +353,7 @@ def _put_on(every: "weakref.ref[EveryModel]") -> None:
 def _take_off(every: "weakref.ref[EveryModel]") -> None:
     found = every()
     if found is not None:
+        found.compiles_started += 1
         for calls in found.all():
             calls.take_off()
 

@@ -81,22 +81,64 @@ def _listen(logger: str, callback: Callable[..., None], read: Callable[[Any], tu
     logging.getLogger(logger).addFilter(run_outside_dynamo(filter_record))
 
 
+_limit_callbacks: list[Callable[[str, Any, str], None]] = []
+
+
 def recompile_limit_hits(callback: Callable[[str, Any, str], None]) -> None:
-    """Call ``callback(limit name, its value, the function)`` each time Dynamo gives up compiling a
-    function because it hit a recompile limit (after which the function runs eagerly).
+    """Call ``callback(limit name, its value, the user's function)`` (`traced_function`'s name) each time Dynamo gives up compiling a function because it hit a recompile limit (after which the
+    function runs eagerly); a callback listens once, however often it is passed.
 
-    Dynamo says so only in a warning of the ``torch._dynamo.convert_frame`` logger, "torch._dynamo
-    hit config.%s (%s)\n   function: %s ..." (2.11, 2.14): a filter on that logger reads it and
-    keeps the record. Without it, a model past the limit runs without ranges and nothing says so.
-    """
+    Heard where Dynamo decides it, not from its log, which the user's log level can silence
+    (``torch._logging.set_logs(dynamo=logging.ERROR)``): the module global
+    ``exceeds_recompile_limit(cache_size, compile_id)`` of ``torch._dynamo.convert_frame``, called by
+    ``_compile``'s ``_compile_inner`` with the frame's ``code`` in its locals (2.8, 2.11, 2.14.1), is
+    wrapped, once per process; the closure is ``_compile``'s argument, up the stack. Without it, a
+    model past the limit runs without ranges and nothing says so."""
+    if callback not in _limit_callbacks:
+        _limit_callbacks.append(callback)
+    if len(_limit_callbacks) > 1:
+        return
+    import functools
+    import sys
 
-    def read(record: Any) -> tuple | None:
-        if isinstance(record.msg, str) and record.msg.startswith("torch._dynamo hit config.") and len(record.args or ()) >= 3:
-            limit, value, function = record.args[:3]
-            return str(limit), value, str(function)
-        return None
+    from torch._dynamo import config, convert_frame
 
-    _listen("torch._dynamo.convert_frame", callback, read)
+    original = convert_frame.exceeds_recompile_limit
+
+    @functools.wraps(original)  # its signature too, which `inductor_reaches` checks
+    def exceeds_recompile_limit(*args: Any, **kwargs: Any) -> Any:
+        exceeded, limit = result = original(*args, **kwargs)
+        code = sys._getframe(1).f_locals.get("code") if exceeded else None
+        if code is not None:
+            frame, closure = sys._getframe(1), None
+            for _ in range(12):  # up to `_compile`, a few wrappers above
+                if frame is None or (frame.f_code.co_name == "_compile" and "closure" in frame.f_locals):
+                    closure = None if frame is None else frame.f_locals["closure"]
+                    break
+                frame = frame.f_back
+            function = _user_function(code, closure)
+            for listener in list(_limit_callbacks):
+                listener(str(limit), getattr(config, str(limit), None), function)
+        return result
+
+    convert_frame.exceeds_recompile_limit = run_outside_dynamo(exceeds_recompile_limit)
+
+
+def _user_function(code: Any, closure: Any) -> str:
+    """The user's function that Dynamo compiles as `code` (with `closure`, its cells), named with its
+    file and line: ``Block.forward (/path/model.py:12)``. Where `code` is Dynamo's own wrapper
+    (``external_utils.wrap_inline``'s ``inner``, which ``torch.compile`` of a module compiles where it
+    skips the module's forward itself, 2.8 to 2.14.1), the function or module it wraps, from its
+    closure: else every module would be named ``'inner' (torch/_dynamo/external_utils.py:67)``."""
+    if code.co_filename.endswith("external_utils.py"):
+        for cell in closure or ():
+            wrapped = getattr(cell, "cell_contents", None)
+            target = getattr(wrapped, "forward", wrapped)
+            inner = getattr(getattr(target, "__func__", target), "__code__", None)
+            if inner is not None:
+                code = inner
+                break
+    return f"{getattr(code, 'co_qualname', code.co_name)} ({code.co_filename}:{code.co_firstlineno})"
 
 
 def profiler_calls_dropped(callback: Callable[[str], None]) -> None:
@@ -196,11 +238,11 @@ def _translator() -> Any:
 
 def traced_function() -> str | None:
     """The function whose frame Dynamo is tracing on this thread (a backend is called while it
-    does), as `recompile_limit_hits` names it: ``'forward' (/path/model.py:12)``, Dynamo's
-    ``format_func_info`` (2.8, 2.11, 2.14); None outside Dynamo's tracing."""
+    does), as `recompile_limit_hits` names it (`_user_function`, with the translator's ``closure``,
+    2.8, 2.11, 2.14.1); None outside Dynamo's tracing."""
     tx = _translator()
     code = None if tx is None else getattr(tx, "f_code", None)
-    return None if code is None else f"'{code.co_name}' ({code.co_filename}:{code.co_firstlineno})"
+    return None if code is None else _user_function(code, getattr(tx, "closure", None))
 
 
 def traced_self() -> Any:

@@ -163,6 +163,9 @@ REACHES = (
           "hooks that run in Python inside a compiled call (fullgraph=True: Dynamo's error)",
           lambda: callable(_find("torch._C._dynamo.eval_frame", "set_code_exec_strategy"))
           and hasattr(_find("torch._C._dynamo.eval_frame", "_FrameAction"), "SKIP")),
+    Reach("torch._dynamo.convert_frame.exceeds_recompile_limit(cache_size, compile_id)",
+          "the notice of a function past Dynamo's recompile limit, whatever the user's log level",
+          lambda: _takes(_find("torch._dynamo.convert_frame", "exceeds_recompile_limit"), "cache_size", "compile_id")),
 )  # fmt: skip
 
 

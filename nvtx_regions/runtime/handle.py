@@ -12,6 +12,10 @@ call that raises leaves open is closed by the one runtime of its kind (`runtime.
 generated code, `runtime.hook_ranges` for hooks); `explain()` says what each rule selects in what
 the backend compiled; and `remove()` ends its ranges.
 
+One owner per model (`take_model`): the handle that last took a model (an annotation, as it is made;
+an Inductor backend, at the first call of what ``torch.compile`` compiled with it) gives its ranges,
+and the one before lets go of it (`SpecHandle.let_go`): each range comes once.
+
 What a handle has not said by the end of the process is said in one report at exit, for every
 backend (`report_at_exit`: one ``atexit`` hook, registered with the first handle): an Inductor
 backend's graphs loaded since it last reported (a model called once, without gradients), a thunder
@@ -31,11 +35,12 @@ from ..selection.compile import CompiledSpec
 from ..selection.unselected import RuleTally
 from .domain import Domain
 
-__all__ = ["HANDLE", "SpecHandle", "handle_of"]
+__all__ = ["HANDLE", "SpecHandle", "handle_of", "take_model"]
 
 HANDLE = "nvtx_regions_backend"  # the attribute of what `nvtx_regions.compile` returns that holds its handle
 
 _live: list["weakref.ref[SpecHandle]"] = []  # every handle made, oldest first
+_owners: "weakref.WeakKeyDictionary[Any, weakref.ref[SpecHandle]]" = weakref.WeakKeyDictionary()  # model -> its owner
 
 
 class SpecHandle(abc.ABC):
@@ -76,6 +81,10 @@ class SpecHandle(abc.ABC):
         """What each rule of this spec (or of `select`/`spec`) selects in what the backend compiled:
         an `Explanation`."""
 
+    def let_go(self, model: Any) -> None:
+        """Another handle took `model` (`take_model`): what this one installed on it comes off, so that
+        each of its ranges comes once, from the new owner."""
+
     @abc.abstractmethod
     def remove(self) -> None:
         """From now on, no range of this handle is emitted, on any thread; what it installed for this
@@ -88,6 +97,31 @@ def handle_of(target: Any) -> SpecHandle | None:
         return target
     found = getattr(target, HANDLE, None)
     return found if isinstance(found, SpecHandle) else None
+
+
+def take_model(model: Any, handle: SpecHandle, *, stacklevel: int = 1) -> None:
+    """`handle` gives `model`'s ranges from now on. The model's owner until now, if another handle
+    alive and not removed, lets go of it (`SpecHandle.let_go`). Where the two are of different kinds
+    (an annotation and a ``torch.compile`` backend), one `NvtxRegionsWarning` says so: the user may
+    have meant both to give ranges. `stacklevel` counts from the caller."""
+    ref = _owners.get(model)
+    previous = None if ref is None else ref()
+    _owners[model] = weakref.ref(handle)
+    if previous is None or previous is handle or previous.removed:
+        return
+    previous.let_go(model)
+    if type(previous).let_go is not type(handle).let_go:
+        import warnings
+
+        from ..core.errors import NvtxRegionsWarning
+
+        warnings.warn(
+            f"{handle!r} now gives the ranges of this {type(model).__name__}, which {previous!r} gave until "
+            "now: one owner per model, so the earlier one's hooks on it came off and each range comes once. "
+            "Give the whole spec to one of them, or remove() the earlier one first to silence this",
+            NvtxRegionsWarning,
+            stacklevel=stacklevel + 1,
+        )
 
 
 def _report_at_exit() -> None:
