@@ -45,6 +45,7 @@ def block_ranges(report, view) -> dict[str, tuple[int, int]]:
     return {r.label: (view.position_of(r.start), view.position_of(r.end)) for r in report.plan.ranges if r.kind == "region"}
 
 
+@pytest.mark.slow  # the default tier stays under 6 minutes; CI runs the slow tier
 @pytest.mark.parametrize("model_name", ["gpt", "llama"])
 def test_thunderfx_each_module_gives_exact_block_ranges(model_name, nvtx_capture):
     import thunder.dynamo

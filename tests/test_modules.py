@@ -275,6 +275,7 @@ def test_selected_nothing_warnings_name_nearest_modules():
     assert any("'transformer.h' matches transformer.h, whose forward never runs" in t and "each module <transformer.h.*>" in t for t in texts)
 
 
+@pytest.mark.slow  # the default tier stays under 6 minutes; CI runs the slow tier
 def test_explain_shows_modules_and_calls():
     jitted = thunder.jit(make_gpt(2), transforms=[NvtxProfileTransform("each module <transformer.h.*>\nop in <linear> and module <transformer.h.0.mlp>")])
     run_step(jitted, "gpt")
@@ -287,7 +288,8 @@ def test_explain_shows_modules_and_calls():
 # ------------------------------------------------------------------ captured ranges
 
 
-@pytest.mark.parametrize("model_name", ["gpt", pytest.param("llama", marks=pytest.mark.slow)])
+@pytest.mark.slow  # the default tier stays under 6 minutes; CI runs the slow tier
+@pytest.mark.parametrize("model_name", ["gpt", "llama"])
 def test_each_module_ranges_captured(model_name, nvtx_capture):
     make = make_gpt if model_name == "gpt" else make_llama
     transform = NvtxProfileTransform(
@@ -316,6 +318,7 @@ def test_each_module_ranges_captured(model_name, nvtx_capture):
     assert sum(1 for d, m in got if d == 1) == 3 * linears
 
 
+@pytest.mark.slow  # the default tier stays under 6 minutes; CI runs the slow tier
 def test_fusion_spanning_blocks_belongs_to_their_common_module():
     """With torch.compile fusions a 1-layer forward is one TorchCompile0 spanning the whole model."""
     transform = NvtxProfileTransform("each module <transformer.h.*> and forward\nmodule <**>")

@@ -110,6 +110,7 @@ def test_the_blocker_blocks(tmp_path):
     assert log.read_text().count("import thunder from outside nvtx_regions") == 1
 
 
+@pytest.mark.slow  # the default tier stays under 6 minutes; CI runs the slow tier
 def test_the_library_runs_eager_and_inductor_without_importing_thunder(tmp_path):
     log = tmp_path / "thunder.log"
     done = run([PYTHON, "-c", LIBRARY], blocked_env(tmp_path, log), tmp_path)
