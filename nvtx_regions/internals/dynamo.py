@@ -92,7 +92,7 @@ def recompile_limit_hits(callback: Callable[[str, Any, str], None]) -> None:
     (``torch._logging.set_logs(dynamo=logging.ERROR)``): the module global
     ``exceeds_recompile_limit(cache_size, compile_id)`` of ``torch._dynamo.convert_frame``, called by
     ``_compile``'s ``_compile_inner`` with the frame's ``code`` in its locals (2.8, 2.11, 2.14.1), is
-    wrapped, once per process; the closure is ``_compile``'s argument, up the stack. Without it, a
+    wrapped, once per process; the closure is ``_compile``'s argument (`_compile_closure`). Without it, a
     model past the limit runs without ranges and nothing says so."""
     if callback not in _limit_callbacks:
         _limit_callbacks.append(callback)
@@ -110,18 +110,26 @@ def recompile_limit_hits(callback: Callable[[str, Any, str], None]) -> None:
         exceeded, limit = result = original(*args, **kwargs)
         code = sys._getframe(1).f_locals.get("code") if exceeded else None
         if code is not None:
-            frame, closure = sys._getframe(1), None
-            for _ in range(12):  # up to `_compile`, a few wrappers above
-                if frame is None or (frame.f_code.co_name == "_compile" and "closure" in frame.f_locals):
-                    closure = None if frame is None else frame.f_locals["closure"]
-                    break
-                frame = frame.f_back
-            function = _user_function(code, closure)
+            function = _user_function(code, _compile_closure())
             for listener in list(_limit_callbacks):
                 listener(str(limit), getattr(config, str(limit), None), function)
         return result
 
     convert_frame.exceeds_recompile_limit = run_outside_dynamo(exceeds_recompile_limit)
+
+
+def _compile_closure() -> Any:
+    """The ``closure`` argument of the ``_compile`` of torch/_dynamo/convert_frame.py that runs on
+    this thread, up the stack (2.8, 2.11, 2.14.1: a parameter; 2.8's translator does not keep it),
+    or None outside it."""
+    import sys
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "_compile" and frame.f_code.co_filename.endswith("convert_frame.py"):
+            return frame.f_locals.get("closure")
+        frame = frame.f_back
+    return None
 
 
 def _user_function(code: Any, closure: Any) -> str:
@@ -238,11 +246,10 @@ def _translator() -> Any:
 
 def traced_function() -> str | None:
     """The function whose frame Dynamo is tracing on this thread (a backend is called while it
-    does), as `recompile_limit_hits` names it (`_user_function`, with the translator's ``closure``,
-    2.8, 2.11, 2.14.1); None outside Dynamo's tracing."""
+    does), as `recompile_limit_hits` names it (`_user_function`); None outside Dynamo's tracing."""
     tx = _translator()
     code = None if tx is None else getattr(tx, "f_code", None)
-    return None if code is None else _user_function(code, getattr(tx, "closure", None))
+    return None if code is None else _user_function(code, _compile_closure())
 
 
 def traced_self() -> Any:
