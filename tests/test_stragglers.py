@@ -438,6 +438,8 @@ def masked(text: str) -> list[str]:
 def test_the_page_shows_a_real_run_of_its_job(page_run):
     done, out = page_run
     text = check_both_named(done, out, ("eager", "inductor"))
+    for backend in ("eager", "inductor"):
+        assert f"  {backend}: ranks 0..2, steps 2..4 measured" in done.stdout, done.stdout
     assert masked(doc_block("table")) == masked(page_text(done.stdout, out)), "run `python tests/test_stragglers.py --write`"
     assert first_row(doc_block("table")).split()[:2] == ["blocks.1", "forward"]
     import matplotlib.image
