@@ -39,14 +39,17 @@ BLOCKS = ("transformer.h.0", "transformer.h.1")
 PASSES = ("forward", "backward")
 
 
-def child_env(tmp_path: Path) -> dict[str, str]:
+def child_env(tmp_path: Path, columns: str | None = None) -> dict[str, str]:
     """This environment without the NVTX tool the pytest plugin attached, this checkout first on the path,
-    one thread per torch process (2 busy cores: more make each op hundreds of times slower), a private Inductor cache."""
-    drop = ("NVTX_INJECTION64_PATH", "NVTX_REGIONS_CAPTURE_DIR", "NVTX_REGIONS_CAPTURE_MODE", ENV_BACKEND, ENV_SPEC)
+    one thread per torch process (2 busy cores: more make each op hundreds of times slower), a private Inductor cache;
+    `columns` the only COLUMNS (pytest-xdist's workers set 80, which a printed table would fit)."""
+    drop = ("NVTX_INJECTION64_PATH", "NVTX_REGIONS_CAPTURE_DIR", "NVTX_REGIONS_CAPTURE_MODE", ENV_BACKEND, ENV_SPEC, "COLUMNS")
     env = {k: v for k, v in os.environ.items() if k not in drop}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
     env["PATH"] = f"{Path(PYTHON).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     env.update(OMP_NUM_THREADS="1", TORCHINDUCTOR_COMPILE_THREADS="1", TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))
+    if columns is not None:
+        env["COLUMNS"] = columns
     return env
 
 

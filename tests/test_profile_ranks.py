@@ -86,13 +86,13 @@ def doc_argv(workdir: Path, out: Path, **replace: str) -> list[str]:
 # measured, the CSV, the chart, the table 120 columns wide): tests/test_stragglers.py, one run for both.
 
 
-def profile_holding_the_nsys_lock(argv: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+def profile_holding_the_nsys_lock(argv: list[str], tmp_path: Path, columns: str | None = None) -> subprocess.CompletedProcess:
     """`profile`, the whole command holding the tests' one nsys lock (support.nsys): each rank's nsys
     must start at once, since gloo's rendezvous waits for every rank, so they call the real nsys."""
     argv = [PYTHON, "-m", "nvtx_regions", "profile", *argv]
     if NSYS_LOCK.parent.is_dir():
         argv = ["flock", "-o", str(NSYS_LOCK), *argv]
-    env = {**child_env(tmp_path), "NVTX_REGIONS_TESTS_NSYS_LOCKED": "1"}
+    env = {**child_env(tmp_path, columns), "NVTX_REGIONS_TESTS_NSYS_LOCKED": "1"}
     process = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     stdout, stderr = finish_or_fail(process, 900)
     return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)

@@ -466,10 +466,8 @@ def test_nsys_and_torch_profiler_name_the_stall_with_its_step(capture_available,
         require_nsys()
         from test_profile_ranks import profile_holding_the_nsys_lock
 
-        monkeypatch.setenv("COLUMNS", "120")  # child_env copies it
-
         def runner(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-            return profile_holding_the_nsys_lock(argv, tmp_path)
+            return profile_holding_the_nsys_lock(argv, tmp_path, columns="120")
 
     out = tmp_path / "slow_rank"
     done = run_page(tmp_path, out, backends="eager", tool=tool, runner=runner)
