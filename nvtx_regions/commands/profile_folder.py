@@ -197,7 +197,8 @@ def torchrun_job(command: Sequence[str]) -> Job:
         return Job(None, "localhost:0", now())
     endpoint = options.rdzv_endpoint
     if options.rdzv_backend == "static" and not endpoint:
-        endpoint = f"{options.master_addr}:{options.master_port}"
+        # torch 2.14's parser leaves the port None when not given: torchrun's default, 29500, then.
+        endpoint = f"{options.master_addr}:{29500 if options.master_port is None else options.master_port}"
     return Job(str(options.rdzv_id), endpoint or None, now())
 
 
