@@ -85,7 +85,8 @@ _limit_callbacks: list[Callable[[str, Any, str], None]] = []
 
 
 def recompile_limit_hits(callback: Callable[[str, Any, str], None]) -> None:
-    """Call ``callback(limit name, its value, the user's function)`` (`traced_function`'s name) each time Dynamo gives up compiling a function because it hit a recompile limit (after which the
+    """Call ``callback(limit name, its value, the user's function)`` (`traced_function`'s name) each
+    time Dynamo gives up compiling a function because it hit a recompile limit (after which the
     function runs eagerly); a callback listens once, however often it is passed.
 
     Heard where Dynamo decides it, not from its log, which the user's log level can silence
@@ -141,8 +142,7 @@ def _user_function(code: Any, closure: Any) -> str:
     if code.co_filename.endswith("external_utils.py"):
         for cell in closure or ():
             wrapped = getattr(cell, "cell_contents", None)
-            target = getattr(wrapped, "forward", wrapped)
-            inner = getattr(getattr(target, "__func__", target), "__code__", None)
+            inner = _code_of(getattr(wrapped, "forward", wrapped))
             if inner is not None:
                 code = inner
                 break
