@@ -13,7 +13,7 @@ generated code, `runtime.hook_ranges` for hooks); `explain()` says what each rul
 the backend compiled; and `remove()` ends its ranges.
 
 One owner per model (`take_model`): the handle that last took a model (an annotation, as it is made;
-an Inductor backend, at the first call of what ``torch.compile`` compiled with it) gives its ranges,
+an Inductor backend, as it is given the model: ``model=``, `adopt`, `nvtx_regions.compile`) gives its ranges,
 and the one before lets go of it (`SpecHandle.let_go`): each range comes once.
 
 What a handle has not said by the end of the process is said in one report at exit, for every
