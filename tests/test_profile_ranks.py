@@ -24,7 +24,7 @@ from support.nsys import NSYS_LOCK, finish_or_fail, nsys_failed_by_itself, requi
 from test_profile import PYTHON, TORCHRUN, child_env, profile
 from nvtx_regions.commands.rank_ends import TERMINATE, RunEnd, complete_ranks
 from nvtx_regions.core.naming import DEFAULT_DOMAIN
-from nvtx_regions.internals.torchrun import failed_workers, rank_lines
+from nvtx_regions.internals.torchrun import failed_workers, first_raised, rank_lines
 from nvtx_regions.testing import unavailable_reason
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -213,6 +213,18 @@ def test_torchruns_report_gives_each_failed_rank_and_the_first_and_a_rank_its_ow
     assert words.endswith("(the rest, and every rank's stderr: out/eager/stderr.txt)")
 
 
+
+def test_the_rank_that_raised_first_is_shown_when_torchrun_names_a_peer_that_failed_in_the_same_second(tmp_path):
+    """torchrun's root cause is the lowest rank among those that failed within one second: here rank 0,
+    whose error is rank 1's closed connection. The first exception in stderr is rank 1's."""
+    swapped = TORCHRUN_REPORT.replace("rank      : 0 (local_rank: 0)\n  exitcode  : -15", "rank      : 1 (local_rank: 1)\n  exitcode  : 1")
+    swapped = swapped.replace("rank      : 1 (local_rank: 1)\n  exitcode  : 1 (pid: 20843)", "rank      : 0 (local_rank: 0)\n  exitcode  : 1 (pid: 20843)", 1)
+    assert failed_workers(swapped) == ({1: 1, 2: -15, 0: 1}, 0) and first_raised(swapped) == 1
+    (tmp_path / "stderr.txt").write_text(swapped)
+    words = RunEnd.of(1, tmp_path / "stderr.txt", torchrun=True).words("torchrun")
+    assert "rank 1 failed first" in words and "gave up at step 3" in words and "Connection closed" not in words
+    assert first_raised("Traceback (most recent call last):\nValueError\n") is None
+
 # Rows: each failed rank's exit status, how many times stderr holds the abort's line, the ranks whose
 # reports are complete, and the ranks that abort at exit and nothing else (() : the run failed).
 ABORTS = [
@@ -234,6 +246,17 @@ ABORTS = [
 def test_only_an_abort_at_exit_after_every_report_was_complete_leaves_the_run_whole(failed, lines, complete, aborted):
     end = RunEnd(1, Path("stderr.txt"), True, failed, min(failed), f"{TERMINATE}\n" * lines)
     assert end.aborted_at_exit(complete, (0, 1, 2)) == aborted
+
+
+@pytest.mark.parametrize("rank", [1, 0])
+def test_a_rank_that_raised_and_then_aborted_at_exit_failed_though_its_report_looks_complete(rank):
+    """As CI saw it: rank 1 raised in step 3, the exception closed its ranges as it unwound, rank 0's
+    all_reduce raised, and rank 1 aborted as Python exited. Rank 0 raising alone fails the run too."""
+    raised = f"[rank{rank}]: Traceback (most recent call last):\n[rank{rank}]: RuntimeError: rank {rank} gave up\n"
+    end = RunEnd(1, Path("stderr.txt"), True, {1: -6, 0: -15, 2: -15}, 1, f"{raised}{TERMINATE}\n")
+    assert end.aborted_at_exit({0, 1, 2}, (0, 1, 2)) == ()
+    clean = RunEnd(1, Path("stderr.txt"), True, {1: -6, 0: -15, 2: -15}, 1, f"{TERMINATE}\nTraceback (most recent call last):\n")
+    assert clean.aborted_at_exit({0, 1, 2}, (0, 1, 2)) == (1,)  # torchrun's own traceback is no rank's
 
 
 def in_step(script: str, step: int, code: str) -> str:
@@ -298,7 +321,7 @@ def test_a_failed_rank_shows_its_own_exception_and_names_the_file_with_the_rest(
             TORCHRUN, "--standalone", "--nproc_per_node=3", str(tmp_path / "fail.py")]  # fmt: skip
     done = profile(argv, tmp_path)
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
-    said = re.search(r"^eager(?: failed)?: \S*torchrun exited with status 1: rank 1 failed first \(it exited with status 1\); "
+    said = re.search(r"^eager(?: failed)?: \S*torchrun exited with status 1: rank 1 failed first \(it (?:exited with status 1|was killed by SIGABRT)\); "
                      r"its last lines:\n((?:    .*\n)+?)    \(the rest, and every rank's stderr: (\S+)\)$", done.stdout, re.M)  # fmt: skip
     assert said, done.stdout[-3000:]
     assert said[1].splitlines()[-1] == f"    RuntimeError: rank 1 gave up at step {step}: the marker 7c1f"

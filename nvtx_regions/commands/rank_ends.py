@@ -5,7 +5,9 @@
 
 A run failed when its command's exit status is not 0. Under torchrun, its report of
 failed workers gives each failed rank's exit status and the rank that failed first
-(`internals.torchrun.failed_workers`); the summary shows that rank's own last lines
+(`internals.torchrun.failed_workers`), unless another failed rank printed its uncaught exception
+first (`first_raised`: torchrun's root cause is the lowest of the ranks that failed within
+the same second, often one whose error is its peer's closed connection); the summary shows that rank's own last lines
 (its uncaught exception, which torch.distributed prints with a ``[rankR]: `` prefix)
 and names ``stderr.txt``, which holds the rest. Without torchrun, it shows the last
 traceback of the one process (else its last lines).
@@ -21,9 +23,11 @@ takes the GIL, Python ends that thread (``pthread_exit``), the unwinding meets a
 without an active exception", SIGABRT (torchrun's exit status -6; 134 through nsys).
 It strikes after the script's end, rarely, more often on a busy machine. `RunEnd.judge`
 tells it apart by all of: each failed rank aborted (SIGABRT) or was stopped by torchrun
-(SIGTERM, SIGKILL) after one did; stderr holds that line once per aborted rank; and every
+(SIGTERM, SIGKILL) after one did; stderr holds that line once per aborted rank; every
 rank's report is complete (`complete_ranks`: it holds the last step any rank ran, and no
-range left open). The run is then whole: a note says which rank, why, and what to do.
+range left open); and no failed rank printed an uncaught exception. (A rank that raises
+can abort the same way as Python exits, and the exception, unwinding, closes its ranges:
+its report looks complete.) The run is then whole: a note says which rank, why, and what to do.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from pathlib import Path
 
 from ..core.errors import CaptureFileError
 from ..core.profiling import step_number
-from ..internals.torchrun import failed_workers, rank_lines
+from ..internals.torchrun import failed_workers, first_raised, rank_lines
 from ..report.ranks_table import ranks_text
 from ..report.reader import read_ranges
 from .child import ended
@@ -98,7 +102,8 @@ class RunEnd:
         if not torchrun:
             return cls(returncode, stderr, False, {0: returncode}, 0, text)
         failed, first = failed_workers(text)
-        return cls(returncode, stderr, True, failed, first, text)
+        raised = first_raised(text)
+        return cls(returncode, stderr, True, failed, raised if raised in failed else first, text)
 
     def aborted_at_exit(self, complete: Collection[int], ranks: Collection[int]) -> tuple[int, ...]:
         """The ranks that aborted at exit after their reports were complete, when that is all that went
@@ -109,6 +114,8 @@ class RunEnd:
             return ()
         if self.text.count(TERMINATE) < len(aborted) or not set(ranks) <= set(complete):
             return ()
+        if any(_TRACEBACK in rank_lines(self.text, rank) for rank in self.failed):
+            return ()  # a rank raised: its ranges closed as the exception unwound, and it aborted as Python exited
         return aborted
 
     def note(self, backend: str, aborted: tuple[int, ...]) -> str:

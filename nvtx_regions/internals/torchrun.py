@@ -30,7 +30,7 @@ import shlex
 import shutil
 from collections.abc import Sequence
 
-__all__ = ["TorchrunError", "failed_workers", "rank_lines", "script_interpreter", "split_torchrun", "torchrun_start",
+__all__ = ["TorchrunError", "failed_workers", "first_raised", "rank_lines", "script_interpreter", "split_torchrun", "torchrun_start",
            "worker_python"]  # fmt: skip
 
 # The options that choose the worker program: left out of the launcher part, which then takes --no-python.
@@ -161,3 +161,15 @@ def rank_lines(stderr: str, rank: int) -> list[str]:
         if match and int(match[1]) == rank:
             lines.append(match[2])
     return lines
+
+
+def first_raised(stderr: str) -> int | None:
+    """The rank whose uncaught exception (its ``[rankR]: Traceback ...`` line) comes first in `stderr`, where
+    every rank writes as it goes; None if no rank printed one. The first to raise is the cause of the
+    others' errors (a peer's closed connection). torchrun's root cause is the failure with the earliest
+    time in whole seconds, the lowest rank among ties (`ChildFailedError.get_first_failure`, torch 2.11)."""
+    for line in stderr.splitlines():
+        match = _RANK_PREFIX.match(line)
+        if match and match[2].startswith("Traceback (most recent call last):"):
+            return int(match[1])
+    return None
