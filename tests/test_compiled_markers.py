@@ -176,8 +176,8 @@ def test_nsys_sees_the_models_own_markers(tmp_path):
 
 @pytest.mark.parametrize("earlier", [False, True], ids=["none-installed", "an-NvtxInductor-installed-them"])
 def test_the_substitutes_are_installed_and_put_back(request, earlier):
-    """Runs whatever ran before in this process: an NvtxInductor made earlier (by another test of
-    this worker, or here, with `earlier`) installed the substitutes for the life of the process;
+    """Runs whatever ran before in this process: an NvtxInductor alive (another test's in this
+    worker, or one made here, with `earlier`) holds the substitutes it installed (`internals.installs`);
     the test puts torch's and nvtx's own functions back first, and at its end leaves the
     substitutes as it found them."""
     import nvtx
@@ -190,8 +190,9 @@ def test_the_substitutes_are_installed_and_put_back(request, earlier):
     if compiled_markers.installed():
         request.addfinalizer(compiled_markers.install)
     if earlier:
-        NvtxInductor("each module <*>")  # what an earlier test's backend leaves behind
+        backend = NvtxInductor("each module <*>")  # alive, it holds the substitutes it installed
         assert compiled_markers.installed()
+        request.addfinalizer(backend.remove)
     compiled_markers.uninstall()
     config = torch._dynamo.config
     before = (torch_nvtx.range_push, torch_nvtx.range_pop, torch_nvtx.range, nvtx.push_range, nvtx.annotate.__enter__)
@@ -223,10 +224,10 @@ def test_the_substitutes_are_installed_and_put_back(request, earlier):
 
 
 def test_undo_puts_back_exactly_what_was_there():
-    # The one way every patch of another library is made and put back (internals.patches.Undo).
+    # The one way every patch of another library is made and put back (internals.installs.Undo).
     import torch
 
-    from nvtx_regions.internals.patches import Undo
+    from nvtx_regions.internals.installs import Undo
 
     class Base:
         def method(self):

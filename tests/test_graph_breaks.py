@@ -231,7 +231,7 @@ def test_a_torch_that_drops_record_function_is_told_when_one_is_dropped_not_befo
     monkeypatch.setattr(compiled_markers, "record_function_lost", lambda: "torch 2.8 has no such option")
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        NvtxInductor("each class <Linear>")
+        backend = NvtxInductor("each class <Linear>")  # alive: it holds the log's listener (internals.installs)
         said_before = [str(w.message) for w in seen if issubclass(w.category, NvtxRegionsWarning)]
         dynamo_log = logging.getLogger("torch._dynamo.variables.torch")
         dynamo_log.warning("Profiler function %s will be ignored", torch.profiler.profile)  # not a marker
@@ -239,6 +239,7 @@ def test_a_torch_that_drops_record_function_is_told_when_one_is_dropped_not_befo
     assert said_before == []
     ours = [str(w.message) for w in seen if issubclass(w.category, NvtxRegionsWarning)]
     assert len(ours) == 1 and ours[0].startswith("torch 2.8 has no such option: the ranges of ") and "record_function" in ours[0], ours
+    backend.remove()
 
 
 def test_a_model_called_once_without_gradients_is_told_at_exit(tmp_path):

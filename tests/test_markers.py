@@ -32,7 +32,12 @@ from nvtx_regions.core.markers import RECORD_FUNCTION, common_markers
 
 pytestmark = pytest.mark.thunder  # the whole file needs lightning-thunder
 
-install_module_recorder()
+
+@pytest.fixture(autouse=True)
+def _recorded():
+    """thunder's patches, for the tests here that jit without a transform: made again where another
+    test's last handle's remove() put them back (`internals.installs`)."""
+    install_module_recorder()
 
 RANGE_KINDS = {"push", "pop", "start", "end", "mark"}
 

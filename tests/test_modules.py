@@ -62,9 +62,10 @@ def traced(model_name: str, n_layer: int = 3):
     """(model, forward view, backward view) of one training step, with the traces post-optimization transforms get."""
     model = make_gpt(n_layer) if model_name == "gpt" else make_llama(n_layer)
     recorder = Recorder()
-    NvtxProfileTransform()  # the recorder of module calls is installed with the transform
+    holder = NvtxProfileTransform()  # while it lives, it holds thunder's patches, which record module calls
     jitted = thunder.jit(model, transforms=[recorder])
     run_step(jitted, model_name)
+    del holder
     forward, backward = (TraceView.from_trace(t) for t in recorder.traces)
     backward.forward = forward
     return model, forward, backward

@@ -171,6 +171,7 @@ class EagerAnnotation(SpecHandle):
         if vars(self.model).get(HANDLE) is self:
             delattr(self.model, HANDLE)
         self._front.remove()
+        self.release_installs()
 
     def __deepcopy__(self, memo: Any) -> EagerAnnotation:
         # A deep copy of the model (an EMA copy, say) copies its hook dicts, whose hooks are bound

@@ -244,6 +244,7 @@ class NvtxProfileTransform(Transform, SpecHandle):
         self.removed = True
         for runtime in list(self._runtimes):
             runtime.silence()
+        self.release_installs()
 
     def check(self) -> None:
         """Report rules that selected nothing in any trace this transform has seen.

@@ -264,6 +264,7 @@ class NvtxInductor(SpecHandle):
         self.removed = True
         loaded.release(self)
         self.outside.release(self)
+        self.release_installs()
 
     def _before(self, frame: FrameRoot, args: tuple[Any, ...]) -> tuple[str | None, str | None]:
         """Before a call of a graph whose code serves several module instances: the one it runs for, and

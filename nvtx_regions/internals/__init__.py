@@ -4,6 +4,9 @@ Each entry says which version it was checked on (`versions.TESTED`) and what
 breaks without it. Everything outside this sub-package uses public APIs only
 (tests/test_architecture.py checks it). It imports `core` only.
 
+- `installs`: the one owner of every change nvtx_regions makes outside its
+  own objects (torch's, nvtx's, thunder's), made once, held by the live
+  handles and put back, each by identity, by the last handle's ``remove()``.
 - `patches`: every change made to thunder (the guard around each trace's
   callable among them), with `install(markers)` (when the
   first transform is made, never at import) and `uninstall()`; a patch that

@@ -3,7 +3,8 @@ they ride through AOTAutograd to the kernels Inductor generates.
 
 Checked on torch 2.11 and 2.14 (CPU), nvtx 0.2.17.
 
-Capture (`install`, by the first `NvtxInductor`; `uninstall` puts everything back). Without it
+Capture (`install`, by each `NvtxInductor`, once until the last handle's ``remove()`` puts it back:
+`installs`). Without it
 ``torch.cuda.nvtx.range_push``/``range_pop``/``range`` stop a ``fullgraph=True`` compile ("torch.*
 op returned non-Tensor": Dynamo's ``trace_rules`` list them as in-graph functions), and the nvtx
 package's calls (Cython) break the graph. The substitutes below take their place (module
@@ -36,23 +37,23 @@ What the backend does with the marker nodes: `marker_nodes`.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .patches import Undo
+from . import installs
+from .installs import Undo
 
 __all__ = ["install", "uninstall", "installed", "marker_op", "record_function_lost", "held_before", "keeps_markers"]
 
 NAMESPACE = "nvtx_regions"
 
-_lock = threading.Lock()
-_undo = Undo()  # every change `install` made
+MARKERS = "the marker substitutes"  # the change's name in `installs`
 _library: Any = None
 
 
 def installed() -> bool:
-    return bool(_undo)
+    """Whether the substitutes are in place."""
+    return installs.made(MARKERS)
 
 
 def marker_op() -> Any:
@@ -139,65 +140,67 @@ def _marker(action: str, form: str, message: Any = None, domain: Any = None, col
 
 
 def install() -> None:
-    """Put the substitutes in place and turn record_function capture on (see the module doc); once."""
-    with _lock:
-        if _undo:
-            return
-        import torch
-        import torch.cuda.nvtx as torch_nvtx
+    """Put the substitutes in place and turn record_function capture on (see the module doc), one change
+    of `installs`; once until it is put back."""
+    installs.make(MARKERS, _substitute)
 
-        marker_op()
-        push, pop, original_range = torch_nvtx.range_push, torch_nvtx.range_pop, torch_nvtx.range
-        _originals.update(range_push=push, range_pop=pop, range=original_range)
-        kept = _kept()
 
-        def range_push(msg: str) -> Any:
-            if torch.compiler.is_dynamo_compiling() and kept():
-                _marker("push", "torch.cuda.nvtx", msg)
-                return 0
-            return push(msg)
+def _substitute(undo: Undo) -> None:
+    import torch
+    import torch.cuda.nvtx as torch_nvtx
 
-        def range_pop() -> Any:
-            if torch.compiler.is_dynamo_compiling() and kept():
-                _marker("pop", "torch.cuda.nvtx")
-                return 0
-            return pop()
+    marker_op()
+    push, pop, original_range = torch_nvtx.range_push, torch_nvtx.range_pop, torch_nvtx.range
+    _originals.update(range_push=push, range_pop=pop, range=original_range)
+    kept = _kept()
 
-        def range(msg: str, *args: Any, **kwargs: Any) -> Any:  # noqa: A001 - torch's name
-            if torch.compiler.is_dynamo_compiling() and kept():
-                return _Range(msg.format(*args, **kwargs) if args or kwargs else msg)
-            return original_range(msg, *args, **kwargs)
+    def range_push(msg: str) -> Any:
+        if torch.compiler.is_dynamo_compiling() and kept():
+            _marker("push", "torch.cuda.nvtx", msg)
+            return 0
+        return push(msg)
 
-        class _Range:
-            """``torch.cuda.nvtx.range`` for a backend that keeps markers, as a class Dynamo traces (the
-            original is in-graph for Dynamo)."""
+    def range_pop() -> Any:
+        if torch.compiler.is_dynamo_compiling() and kept():
+            _marker("pop", "torch.cuda.nvtx")
+            return 0
+        return pop()
 
-            def __init__(self, msg: str) -> None:
-                self.msg = msg
+    def range(msg: str, *args: Any, **kwargs: Any) -> Any:  # noqa: A001 - torch's name
+        if torch.compiler.is_dynamo_compiling() and kept():
+            return _Range(msg.format(*args, **kwargs) if args or kwargs else msg)
+        return original_range(msg, *args, **kwargs)
 
-            def __enter__(self) -> None:
-                range_push(self.msg)
+    class _Range:
+        """``torch.cuda.nvtx.range`` for a backend that keeps markers, as a class Dynamo traces (the
+        original is in-graph for Dynamo)."""
 
-            def __exit__(self, *exc: Any) -> bool:
-                range_pop()
-                return False
+        def __init__(self, msg: str) -> None:
+            self.msg = msg
 
-            def __call__(self, function: Callable[..., Any]) -> Callable[..., Any]:
-                import functools
+        def __enter__(self) -> None:
+            range_push(self.msg)
 
-                @functools.wraps(function)
-                def inner(*args: Any, **kwargs: Any) -> Any:
-                    with self:
-                        return function(*args, **kwargs)
+        def __exit__(self, *exc: Any) -> bool:
+            range_pop()
+            return False
 
-                return inner
+        def __call__(self, function: Callable[..., Any]) -> Callable[..., Any]:
+            import functools
 
-        for name, value in (("range_push", range_push), ("range_pop", range_pop), ("range", range)):
-            _undo.setattr(torch_nvtx, name, value)
-        _install_nvtx_package(kept)
-        config = torch._dynamo.config
-        if hasattr(config, "capture_profiler_record_function"):
-            _undo.setattr(config, "capture_profiler_record_function", WHILE_KEPT)
+            @functools.wraps(function)
+            def inner(*args: Any, **kwargs: Any) -> Any:
+                with self:
+                    return function(*args, **kwargs)
+
+            return inner
+
+    for name, value in (("range_push", range_push), ("range_pop", range_pop), ("range", range)):
+        undo.setattr(torch_nvtx, name, value)
+    _install_nvtx_package(undo, kept)
+    config = torch._dynamo.config
+    if hasattr(config, "capture_profiler_record_function"):
+        undo.setattr(config, "capture_profiler_record_function", WHILE_KEPT)
 
 
 def _kept() -> Callable[[], bool]:
@@ -207,7 +210,7 @@ def _kept() -> Callable[[], bool]:
     return called_while_traced(lambda: keeps_markers())
 
 
-def _install_nvtx_package(kept: Callable[[], bool]) -> None:
+def _install_nvtx_package(undo: Undo, kept: Callable[[], bool]) -> None:
     """nvtx 0.2.17: ``push_range``/``pop_range`` (module functions of ``nvtx.nvtx``, re-exported by
     ``nvtx``); ``annotate.__init__`` (its ``get_domain`` is an ``lru_cache``, and the attributes
     are built in Cython: Dynamo breaks the graph), ``__enter__``/``__exit__`` (Cython
@@ -270,19 +273,18 @@ def _install_nvtx_package(kept: Callable[[], bool]) -> None:
         return lib_pop(handle)
 
     for owner in (nvtx, module):
-        _undo.setattr(owner, "push_range", push_range)
-        _undo.setattr(owner, "pop_range", pop_range)
-    _undo.setattr(module, "libnvtx_push_range", libnvtx_push_range)
-    _undo.setattr(module, "libnvtx_pop_range", libnvtx_pop_range)
-    _undo.setattr(annotate, "__init__", annotate_init)
-    _undo.setattr(annotate, "__enter__", annotate_enter)
-    _undo.setattr(annotate, "__exit__", annotate_exit)
+        undo.setattr(owner, "push_range", push_range)
+        undo.setattr(owner, "pop_range", pop_range)
+    undo.setattr(module, "libnvtx_push_range", libnvtx_push_range)
+    undo.setattr(module, "libnvtx_pop_range", libnvtx_pop_range)
+    undo.setattr(annotate, "__init__", annotate_init)
+    undo.setattr(annotate, "__enter__", annotate_enter)
+    undo.setattr(annotate, "__exit__", annotate_exit)
 
 
 def uninstall() -> None:
     """Put back what `install` changed."""
-    with _lock:
-        _undo.restore()
+    installs.put_back(MARKERS)
 
 
 _NAMES = {

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from . import installs
+from .installs import Undo
+
 __all__ = [
     "around", "called_while_traced", "marked_outside_dynamo", "on_backward", "profiler_calls_dropped", "recompile_limit_hits",
     "run_outside_dynamo", "traced_function", "traced_self", "tracing_for", "whole_frame",
@@ -65,20 +68,23 @@ def _listen(logger: str, callback: Callable[..., None], read: Callable[[Any], tu
     import logging
 
     watchers = _watchers.setdefault(logger, [])
-    if any(callback == known for known, _ in watchers):
-        return
-    watchers.append((callback, read))
-    if len(watchers) > 1:
-        return
 
-    def filter_record(record: logging.LogRecord) -> bool:
-        for watcher, its_read in list(watchers):
-            found = its_read(record)
-            if found is not None:
-                watcher(*found)
-        return True  # the record is logged as it would be without us
+    def add_filter(undo: Undo) -> None:
+        def filter_record(record: logging.LogRecord) -> bool:
+            for watcher, its_read in list(watchers):
+                found = its_read(record)
+                if found is not None:
+                    watcher(*found)
+            return True  # the record is logged as it would be without us
 
-    logging.getLogger(logger).addFilter(run_outside_dynamo(filter_record))
+        marked = run_outside_dynamo(filter_record)
+        logging.getLogger(logger).addFilter(marked)
+        undo.then(lambda: logging.getLogger(logger).removeFilter(marked))
+        undo.then(watchers.clear)
+
+    installs.make(f"a filter on the {logger} logger", add_filter)
+    if not any(callback == known for known, _ in watchers):
+        watchers.append((callback, read))
 
 
 _limit_callbacks: list[Callable[[str, Any, str], None]] = []
@@ -93,12 +99,14 @@ def recompile_limit_hits(callback: Callable[[str, Any, str], None]) -> None:
     (``torch._logging.set_logs(dynamo=logging.ERROR)``): the module global
     ``exceeds_recompile_limit(cache_size, compile_id)`` of ``torch._dynamo.convert_frame``, called by
     ``_compile``'s ``_compile_inner`` with the frame's ``code`` in its locals (2.8, 2.11, 2.14.1), is
-    wrapped, once per process; the closure is ``_compile``'s argument (`_compile_closure`). Without it, a
+    wrapped, one change of `installs`; the closure is ``_compile``'s argument (`_compile_closure`). Without it, a
     model past the limit runs without ranges and nothing says so."""
+    installs.make("the wrapped torch._dynamo.convert_frame.exceeds_recompile_limit", _wrap_recompile_limit)
     if callback not in _limit_callbacks:
         _limit_callbacks.append(callback)
-    if len(_limit_callbacks) > 1:
-        return
+
+
+def _wrap_recompile_limit(undo: Undo) -> None:
     import functools
     import sys
 
@@ -116,7 +124,8 @@ def recompile_limit_hits(callback: Callable[[str, Any, str], None]) -> None:
                 listener(str(limit), getattr(config, str(limit), None), function)
         return result
 
-    convert_frame.exceeds_recompile_limit = run_outside_dynamo(exceeds_recompile_limit)
+    undo.setattr(convert_frame, "exceeds_recompile_limit", run_outside_dynamo(exceeds_recompile_limit))
+    undo.then(_limit_callbacks.clear)
 
 
 def _compile_closure() -> Any:

@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 __all__ = [
-    "backward_follows", "line_outside_package", "outside_package", "failed_frame",
+    "backward_follows", "compiling_on_some_thread", "line_outside_package", "outside_package", "failed_frame",
     "frame_locals", "lines_naming",
 ]  # fmt: skip
 
@@ -113,3 +113,22 @@ def lines_naming(code: Any, names: set[str]) -> list[tuple[int, str, bool]]:
             if isinstance(value, str) and value in names:
                 found.append((line, value, stores))
     return found
+
+
+# Where a compiler's frames live (torch 2.8 to 2.14.1, thunder 0.2.6): Dynamo, AOTAutograd, Inductor,
+# and thunder's interpreter, which checks that the module globals it read stay the same while it traces.
+_COMPILERS = tuple(
+    os.sep + os.path.join(*parts) + os.sep
+    for parts in (("torch", "_dynamo"), ("torch", "_functorch"), ("torch", "_inductor"), ("thunder", "core"))
+)
+
+
+def compiling_on_some_thread() -> bool:
+    """Whether a thread of this process is inside Dynamo, AOTAutograd, Inductor or thunder's tracing now
+    (one of its frames is theirs). ``sys._current_frames`` (CPython 3.10 to 3.13)."""
+    for frame in list(sys._current_frames().values()):
+        while frame is not None:
+            if any(part in frame.f_code.co_filename for part in _COMPILERS):
+                return True
+            frame = frame.f_back
+    return False

@@ -73,7 +73,8 @@ from .inductor_origins import (
     node_origin, static_nodes,
 )  # fmt: skip
 from .inductor_reaches import TESTED_TORCH, UnsupportedTorchError, check_reaches
-from .patches import Undo
+from . import installs
+from .installs import Undo
 
 __all__ = [
     "TESTED_TORCH", "UnsupportedTorchError", "check_reaches", "Origin", "WrapperKernel", "Placement",
@@ -210,13 +211,16 @@ def _node_origins(node: Any) -> tuple[Any, ...]:
     return tuple(found)
 
 
-_undo = Undo()  # the three methods `install` wrapped
+PLACEMENT = "Inductor's code generation"  # the change's name in `installs`
 
 
 def install() -> None:
-    """Wrap the three Inductor methods (see the module doc); once per process. `uninstall` undoes it."""
-    if _undo:
-        return
+    """Wrap the three Inductor methods (see the module doc), one change of `installs`; once until it is
+    put back. `uninstall` puts it back."""
+    installs.make(PLACEMENT, _wrap)
+
+
+def _wrap(undo: Undo) -> None:
     check_reaches()
     from torch._inductor.codegen.cpp import CppScheduling
     from torch._inductor.codegen.wrapper import PythonWrapperCodegen
@@ -256,14 +260,14 @@ def install() -> None:
         if placement is not None:
             _insert(self, placement)
 
-    _undo.setattr(Scheduler, "enter_context", marked_enter_context)
-    _undo.setattr(CppScheduling, "flush", marked_flush)
-    _undo.setattr(PythonWrapperCodegen, "run_wrapper_ir_passes", placed_passes)
+    undo.setattr(Scheduler, "enter_context", marked_enter_context)
+    undo.setattr(CppScheduling, "flush", marked_flush)
+    undo.setattr(PythonWrapperCodegen, "run_wrapper_ir_passes", placed_passes)
 
 
 def uninstall() -> None:
     """Restore the three methods `install` wrapped."""
-    _undo.restore()
+    installs.put_back(PLACEMENT)
 
 
 def _kernel(line: Any) -> tuple[str, tuple[Any, ...] | None] | None:

@@ -1,70 +1,31 @@
-"""Every change nvtx_regions makes to thunder, installed when first needed and
-undone by `uninstall`; and `Undo`, the one way every patch of another library
-(thunder here, torch and nvtx in `compiled_markers` and `inductor`) is made
-and put back.
+"""Every change nvtx_regions makes to thunder, made when first needed, as one change of
+`installs` (its owner: the last handle's ``remove()`` puts it back).
 
-`install(markers)` applies each patch of `PATCHES` once per process (the
-first `NvtxProfileTransform` does it, through
-`attribution.recording.install_module_recorder`); importing nvtx_regions
-changes nothing. A patch that cannot be applied, or that fails while thunder
-traces, gives one `NvtxRegionsWarning` saying what is lost; thunder's own work
-goes on unchanged. `uninstall()` puts back exactly what was there.
+`install(markers)` applies each patch of `PATCHES` once (the first `NvtxProfileTransform`
+does it, through `attribution.recording.install_module_recorder`, and the first one after
+everything was put back); importing nvtx_regions changes nothing. A patch that cannot be
+applied, or that fails while thunder traces, gives one `NvtxRegionsWarning` saying what is
+lost; thunder's own work goes on unchanged. `uninstall()` puts back exactly what was there.
 """
 
 from __future__ import annotations
 
-import threading
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..core.errors import NvtxRegionsWarning
+from . import installs
 from .frames import outside_package
+from .installs import Undo
 from .lookasides import MarkerRecorder, library_files, marker_lookasides
 from .recorder import attributed
 from .thunderfx import marker_break
 from .versions import check_versions
 
-__all__ = ["Undo", "Patch", "PATCHES", "install", "uninstall", "installed"]
+__all__ = ["Patch", "PATCHES", "install", "uninstall", "installed"]
 
-_MISSING = object()
-
-
-class Undo:
-    """Changes made to another library's objects, each recorded as (owner, name, value before), put
-    back in reverse order by `restore`."""
-
-    def __init__(self) -> None:
-        self._steps: list[Callable[[], None]] = []
-
-    def __bool__(self) -> bool:
-        """Whether a change is in place."""
-        return bool(self._steps)
-
-    def setattr(self, owner: Any, name: str, value: Any) -> None:
-        """Set ``owner.name``; `restore` puts back the value the owner itself held, or deletes the
-        attribute where it held none (a class's inherited method comes back so). A module whose
-        attributes live elsewhere (torch's config modules, torch 2.11 and 2.14) gets its value back
-        by ``setattr``: deleting there would remove the option."""
-        if name in vars(owner):
-            before = vars(owner)[name]
-        elif isinstance(owner, type) or not hasattr(owner, name):
-            before = _MISSING
-        else:
-            before = getattr(owner, name)
-        self._steps.append(lambda: delattr(owner, name) if before is _MISSING else setattr(owner, name, before))
-        setattr(owner, name, value)
-
-    def setitem(self, mapping: dict, key: Any, value: Any) -> None:
-        """Set ``mapping[key]``; `restore` puts back the value before, or removes the key."""
-        before = mapping.get(key, _MISSING)
-        self._steps.append(lambda: mapping.pop(key, None) if before is _MISSING else mapping.__setitem__(key, before))
-        mapping[key] = value
-
-    def restore(self) -> None:
-        """Undo every change, the latest first."""
-        while self._steps:
-            self._steps.pop()()
+THUNDER = "thunder's patches"  # their name in `installs`
 
 
 @dataclass(frozen=True)
@@ -195,8 +156,6 @@ PATCHES = (
     ),
 )
 
-_lock = threading.Lock()
-_installed = False
 _applied: list[tuple[Patch, Undo]] = []
 _reported: set[str] = set()
 _PROCEED = (
@@ -206,40 +165,37 @@ _PROCEED = (
 
 
 def install(markers: MarkerRecorder) -> None:
-    """Apply every patch of `PATCHES` (once; later calls do nothing until `uninstall`).
+    """Apply every patch of `PATCHES` (once; later calls do nothing until they are put back).
 
     `markers` records the model's NVTX markers while thunder traces. Checks
     the thunder and torch versions first (`versions.check_versions`).
     """
-    global _installed
-    with _lock:
-        if _installed:
-            return
-        check_versions()
-        for patch in PATCHES:
-            undo = Undo()
-            try:
-                patch.apply(undo, markers)
-            except Exception as error:
-                undo.restore()
-                warnings.warn(
-                    f"nvtx_regions cannot patch {patch.name} ({type(error).__name__}: {error}), so {patch.lost}. "
-                    f"{_PROCEED}",
-                    NvtxRegionsWarning,
-                    stacklevel=outside_package(),
-                )
-            else:
-                _applied.append((patch, undo))
-        _installed = True
+    installs.make(THUNDER, lambda undo: _apply(undo, markers))
+
+
+def _apply(undo: Undo, markers: MarkerRecorder) -> None:
+    check_versions()
+    for patch in PATCHES:
+        own = Undo()
+        try:
+            patch.apply(own, markers)
+        except Exception as error:
+            own.restore()
+            warnings.warn(
+                f"nvtx_regions cannot patch {patch.name} ({type(error).__name__}: {error}), so {patch.lost}. "
+                f"{_PROCEED}",
+                NvtxRegionsWarning,
+                stacklevel=outside_package(),
+            )
+        else:
+            _applied.append((patch, own))
+            undo.then(own.restore)
+    undo.then(_applied.clear)
 
 
 def uninstall() -> None:
     """Undo every patch `install` applied, restoring exactly what was there; `install` may run again."""
-    global _installed
-    with _lock:
-        while _applied:
-            _applied.pop()[1].restore()
-        _installed = False
+    installs.put_back(THUNDER)
 
 
 def installed() -> tuple[str, ...]:

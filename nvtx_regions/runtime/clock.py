@@ -28,6 +28,7 @@ import warnings
 from typing import Any
 
 from ..core.errors import NvtxRegionsWarning
+from ..internals import installs
 
 __all__ = ["current_step", "current_rank", "start_counting", "StepLoop", "watch_step_gates"]
 
@@ -35,7 +36,7 @@ _lock = threading.Lock()
 _loops: list[StepLoop] = []  # the `steps` loops running, outermost first
 _optimizer_steps = 0
 _moved = False  # whether the clock ever left step 0
-_counting = False
+_COUNTING = "torch.optim's global step hook"  # the change's name in `installs`
 
 
 class StepLoop:
@@ -71,19 +72,18 @@ def _optimizer_stepped(optimizer: Any, args: Any, kwargs: Any) -> None:
 
 
 def start_counting() -> None:
-    """Count optimizer steps from now on (once per process): torch's global optimizer step hook."""
-    global _counting
-    if _counting:
-        return
-    with _lock:
-        if _counting:
-            return
-        _counting = True
+    """Count optimizer steps from now on: torch's global optimizer step hook, one change of
+    `internals.installs` (once until the last handle's ``remove()`` takes it off)."""
+    if not installs.made(_COUNTING):
+        installs.make(_COUNTING, _hook_optimizers)
+
+
+def _hook_optimizers(undo: Any) -> None:
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     from ..internals.dynamo import run_outside_dynamo
 
-    register_optimizer_step_post_hook(run_outside_dynamo(_optimizer_stepped))
+    undo.then(register_optimizer_step_post_hook(run_outside_dynamo(_optimizer_stepped)).remove)
 
 
 def current_rank() -> int:

@@ -10,7 +10,9 @@ is the backend's to know: eager once its hooks are on, Inductor at the end of th
 compiled, thunder per compilation). Its gates read the one step clock (`runtime.clock`); what a
 call that raises leaves open is closed by the one runtime of its kind (`runtime.ranges` for
 generated code, `runtime.hook_ranges` for hooks); `explain()` says what each rule selects in what
-the backend compiled; and `remove()` ends its ranges.
+the backend compiled; and `remove()` ends its ranges. Each handle holds what nvtx_regions changed
+outside its own objects (`internals.installs`) while it lives: the last one's `remove()` (or its
+garbage collection) puts all of it back.
 
 One owner per model (`take_model`): the handle that last took a model (an annotation, as it is made;
 an Inductor backend, as it is given the model: ``model=``, `adopt`, `nvtx_regions.compile`) gives its ranges,
@@ -31,6 +33,7 @@ import os
 import weakref
 from typing import Any
 
+from ..internals import installs
 from ..selection.compile import CompiledSpec
 from ..selection.unselected import RuleTally
 from .domain import Domain
@@ -58,6 +61,13 @@ class SpecHandle(abc.ABC):
         self.sinks = domain.sinks
         self.strict = strict
         self.tally = RuleTally(compiled)
+        installs.hold(self)
+
+    def release_installs(self) -> None:
+        """This handle holds nothing nvtx_regions changed outside its own objects any more (each backend's
+        ``remove()`` calls it): after the last handle's, torch, nvtx and thunder are as they were
+        (`internals.installs`)."""
+        installs.release(self)
 
     def say_unselected(self, where: str, *, once: bool = True, skip: tuple[type, ...] = (), stacklevel: int = 1) -> None:
         """Warn (with `strict`, raise `SelectorError`) for each rule that `tally` says selected nothing
