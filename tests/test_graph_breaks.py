@@ -100,7 +100,8 @@ def test_a_spec_that_selects_in_some_instances_of_shared_code_is_eagers(cache, s
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model", ["qwen2_moe", "mixtral"])
+# Mixtral's experts break the graph as Qwen2-MoE's do; it runs in the long run (a minute more of CI's 45).
+@pytest.mark.parametrize("model", ["qwen2_moe", pytest.param("mixtral", marks=pytest.mark.long)])
 def test_moe_with_eager_experts_is_eagers(cache, model):
     # Before: layer 1's attention range was named model.layers.0.self_attn, and the layers got none.
     spec = "each module <model.layers.*>\neach class <*Attention>\neach module <model.layers.*.mlp.gate>"
