@@ -372,6 +372,8 @@ PRIVATE_ALLOWED: dict[tuple[str, str], str] = {
     ("torch._dynamo.callback.callback_handler", "dynamo"): "torch 2.8, 2.11 and 2.14.1",
     ("torch._dynamo.convert_frame", "dynamo"): "torch 2.8, 2.11 and 2.14.1",
     ("torch._dynamo.config", "dynamo"): "torch 2.8, 2.11 and 2.14.1",
+    ("torch._dynamo.variables.builder.SourcelessBuilder", "dynamo"): "torch 2.8, 2.11 and 2.14.1",
+    ("torch._dynamo.variables.torch.TorchInGraphFunctionVariable", "dynamo"): "torch 2.8, 2.11 and 2.14.1",
     ("torch._dynamo.eval_frame.OptimizedModule", "inductor_origins"): "torch 2.8, 2.11 and 2.14.1",
     ("torch.distributed.algorithms._checkpoint.checkpoint_wrapper.ActivationWrapper", "inductor_origins"): "torch 2.8, 2.11 and 2.14.1",
     ("torch._inductor.compile_fx.compile_fx", "inductor"): TORCH_214,

@@ -3,9 +3,8 @@
 
 - A plain ``torch.compile`` of a model with markers of every form (``torch.cuda.nvtx``, ``nvtx``,
   ``record_function``) gives the same graphs, graph breaks and output in a process where
-  nvtx_regions compiled another model first as in a process without nvtx_regions. Compiled before
-  our first backend, it is compiled once more when called after it (Dynamo guards on the marker
-  functions it read, which the backend replaced) into the same graphs.
+  nvtx_regions compiled another model first as in a process without nvtx_regions; compiled before
+  our first backend, it compiles nothing more when called after it.
 - ``explain`` and the handle of what ``nvtx_regions.compile`` returned name that compile's spec,
   also when the same model is compiled twice.
 """
@@ -26,9 +25,9 @@ import nvtx_regions
 WORKERS = Path(__file__).resolve().parent / "workers"
 
 
-def _plain_compile(when: str) -> dict:
+def _plain_compile(when: str, *model: str) -> dict:
     done = subprocess.run(
-        [sys.executable, str(WORKERS / "plain_compile_beside.py"), when], capture_output=True, text=True, timeout=600
+        [sys.executable, str(WORKERS / "plain_compile_beside.py"), when, *model], capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -39,10 +38,18 @@ def test_a_plain_compile_beside_ours_compiles_as_without_us():
     alone, before, after = (_plain_compile(when) for when in ("none", "before", "after"))
     assert alone["graph_breaks"] > 0 and alone["graphs"]  # the markers break a plain compile's graph
     assert before == alone
-    # Called again after our backend replaced the marker functions: compiled once more, the same way.
-    assert after["graphs"] == alone["graphs"] * 2
-    assert after["graph_breaks"] == 2 * alone["graph_breaks"]
-    assert after["output"] == alone["output"]
+    # Called again after our backend was made: nothing compiled again (once, Dynamo's guards on the
+    # torch.cuda.nvtx functions we replaced failed, and it compiled every graph twice).
+    assert after == alone
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="the nvtx package's functions are still replaced while our backends live (issue 50 "
+                   "item 2): a graph Dynamo guarded on them compiles again")  # fmt: skip
+def test_a_plain_compile_guarded_on_the_nvtx_packages_markers_compiles_nothing_more():
+    alone, after = (_plain_compile(when, "nvtx") for when in ("none", "after"))
+    assert alone["graphs"]
+    assert after == alone
 
 
 class Two(torch.nn.Module):

@@ -4,18 +4,26 @@ they ride through AOTAutograd to the kernels Inductor generates.
 Checked on torch 2.11 and 2.14 (CPU), nvtx 0.2.17.
 
 Capture (`install`, by each `NvtxInductor`, once until the last handle's ``remove()`` puts it back:
-`installs`). Without it
-``torch.cuda.nvtx.range_push``/``range_pop``/``range`` stop a ``fullgraph=True`` compile ("torch.*
-op returned non-Tensor": Dynamo's ``trace_rules`` list them as in-graph functions), and the nvtx
-package's calls (Cython) break the graph. The substitutes below take their place (module
-attributes, and ``nvtx.annotate``'s methods, so an ``annotate`` object made or applied as a
-decorator before the install is covered too). While Dynamo traces code for a backend that keeps the
-user's markers (`keeps_markers`: an `NvtxInductor`; ``torch.compiler.is_dynamo_compiling()``, not
-``is_compiling()``, which thunder 0.2.6's lookaside makes true while thunder traces, where the
-originals must run for thunder's marker lookasides to record them)
-each puts one ``nvtx_regions::marker(action, form, message, domain, color)`` node into the graph;
-otherwise it calls the original (one Python call more), so Dynamo tracing for any other backend
-meets the original, as in a process without nvtx_regions: the same graph breaks, the same graphs.
+`installs`). Without it ``torch.cuda.nvtx.range_push``/``range_pop``/``range`` stop a ``fullgraph=True``
+compile ("torch.* op returned non-Tensor": Dynamo's ``trace_rules`` list them as in-graph functions),
+and the nvtx package's calls (Cython) break the graph.
+
+``torch.cuda.nvtx``'s three functions stay as they are: where Dynamo meets one while it traces for a
+backend that keeps the user's markers (`keeps_markers`: an `NvtxInductor`), it traces a stand-in
+instead (`dynamo.handle_torch_markers`: `_traced_push`, `_traced_pop`, `_traced_range`), which puts
+one ``nvtx_regions::marker(action, form, message, domain, color)`` node into the graph; for any other
+backend it does what it did, with the same graph break. Other code's graphs, whose guards check
+those functions' code objects, stay valid (no recompile), and a reference taken before the install
+(``from torch.cuda.nvtx import range_push``) is kept as well.
+
+The nvtx package's are replaced by substitutes (module attributes, and ``nvtx.annotate``'s methods, so
+an ``annotate`` object made or applied as a decorator before the install is covered too). While
+Dynamo traces code for a backend that keeps the user's markers (``torch.compiler.is_dynamo_compiling()``,
+not ``is_compiling()``, which thunder 0.2.6's lookaside makes true while thunder traces, where the
+originals must run for thunder's marker lookasides to record them) each puts the same node into the
+graph; otherwise it calls the original (one Python call more), so Dynamo tracing for any other backend
+meets the original, as in a process without nvtx_regions: the same graph breaks, the same graphs. (A
+graph of other code that Dynamo guarded on them compiles again once, while our handles live.)
 The op has side effects for FX (``torch.fx.node.has_side_effect``), so no dead-code pass drops it.
 Its kernel does what the marker does, at its place among the kernels.
 
@@ -27,10 +35,10 @@ for a backend that keeps the user's markers (Dynamo reads it as ``if config.capt
 traces, 2.11 and 2.14), so other models' graphs stay as they were; on a torch without it,
 `record_function_lost` says so.
 
-A reference taken before the install (``from torch.cuda.nvtx import range_push``) still names the
-original: under torch.compile it breaks the graph as before (``fullgraph=True``: Dynamo's error),
-and the marker runs as written, outside every graph. `held_before` finds such references in the
-modules loaded so far, for a warning.
+A reference to the nvtx package's functions taken before the install (``from nvtx import push_range``)
+still names the original: under torch.compile it breaks the graph as before (``fullgraph=True``:
+Dynamo's error), and the marker runs as written, outside every graph. `held_before` finds such
+references in the modules loaded so far, for a warning.
 
 What the backend does with the marker nodes: `marker_nodes`.
 """
@@ -42,6 +50,7 @@ from typing import Any, Callable
 
 from . import installs
 from .installs import Undo
+from .dynamo import handle_torch_markers
 
 __all__ = ["install", "uninstall", "installed", "marker_op", "record_function_lost", "held_before", "keeps_markers"]
 
@@ -150,57 +159,55 @@ def _substitute(undo: Undo) -> None:
     import torch.cuda.nvtx as torch_nvtx
 
     marker_op()
-    push, pop, original_range = torch_nvtx.range_push, torch_nvtx.range_pop, torch_nvtx.range
-    _originals.update(range_push=push, range_pop=pop, range=original_range)
-    kept = _kept()
-
-    def range_push(msg: str) -> Any:
-        if torch.compiler.is_dynamo_compiling() and kept():
-            _marker("push", "torch.cuda.nvtx", msg)
-            return 0
-        return push(msg)
-
-    def range_pop() -> Any:
-        if torch.compiler.is_dynamo_compiling() and kept():
-            _marker("pop", "torch.cuda.nvtx")
-            return 0
-        return pop()
-
-    def range(msg: str, *args: Any, **kwargs: Any) -> Any:  # noqa: A001 - torch's name
-        if torch.compiler.is_dynamo_compiling() and kept():
-            return _Range(msg.format(*args, **kwargs) if args or kwargs else msg)
-        return original_range(msg, *args, **kwargs)
-
-    class _Range:
-        """``torch.cuda.nvtx.range`` for a backend that keeps markers, as a class Dynamo traces (the
-        original is in-graph for Dynamo)."""
-
-        def __init__(self, msg: str) -> None:
-            self.msg = msg
-
-        def __enter__(self) -> None:
-            range_push(self.msg)
-
-        def __exit__(self, *exc: Any) -> bool:
-            range_pop()
-            return False
-
-        def __call__(self, function: Callable[..., Any]) -> Callable[..., Any]:
-            import functools
-
-            @functools.wraps(function)
-            def inner(*args: Any, **kwargs: Any) -> Any:
-                with self:
-                    return function(*args, **kwargs)
-
-            return inner
-
-    for name, value in (("range_push", range_push), ("range_pop", range_pop), ("range", range)):
-        undo.setattr(torch_nvtx, name, value)
-    _install_nvtx_package(undo, kept)
+    _originals.update(range_push=torch_nvtx.range_push, range_pop=torch_nvtx.range_pop, range=torch_nvtx.range)
+    handle_torch_markers(undo, {torch_nvtx.range_push: _traced_push, torch_nvtx.range_pop: _traced_pop,
+                                torch_nvtx.range: _traced_range}, keeps_markers)  # fmt: skip
+    _install_nvtx_package(undo, _kept())
     config = torch._dynamo.config
     if hasattr(config, "capture_profiler_record_function"):
         undo.setattr(config, "capture_profiler_record_function", WHILE_KEPT)
+
+
+def _traced_push(msg: str) -> int:
+    """What Dynamo traces for ``torch.cuda.nvtx.range_push(msg)`` in code it compiles for a backend that
+    keeps markers: the marker op (``range_push``'s result, the depth, is not known there: 0)."""
+    _marker("push", "torch.cuda.nvtx", msg)
+    return 0
+
+
+def _traced_pop() -> int:
+    _marker("pop", "torch.cuda.nvtx")
+    return 0
+
+
+def _traced_range(msg: str, *args: Any, **kwargs: Any) -> _TracedRange:
+    """What Dynamo traces for ``torch.cuda.nvtx.range(msg, *args, **kwargs)`` there (a function: Dynamo
+    builds the class from the module's globals, where it has a source)."""
+    return _TracedRange(msg, *args, **kwargs)
+
+
+class _TracedRange:
+    """A context manager (and decorator) around the marker ops."""
+
+    def __init__(self, msg: str, *args: Any, **kwargs: Any) -> None:
+        self.msg = msg.format(*args, **kwargs) if args or kwargs else msg
+
+    def __enter__(self) -> None:
+        _marker("push", "torch.cuda.nvtx", self.msg)
+
+    def __exit__(self, *exc: Any) -> bool:
+        _marker("pop", "torch.cuda.nvtx")
+        return False
+
+    def __call__(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        import functools
+
+        @functools.wraps(function)
+        def inner(*args: Any, **kwargs: Any) -> Any:
+            with self:
+                return function(*args, **kwargs)
+
+        return inner
 
 
 def _kept() -> Callable[[], bool]:
@@ -300,7 +307,8 @@ def held_before() -> list[tuple[str, str, str]]:
     import range_push`` before `install`): Dynamo sees the original there."""
     import sys
 
-    originals = {id(function): _NAMES[key] for key, function in _originals.items()}
+    # torch.cuda.nvtx's functions are not replaced (Dynamo's handlers): a reference to them is no problem.
+    originals = {id(function): _NAMES[key] for key, function in _originals.items() if key.startswith("nvtx_")}
     found = []
     for name, module in list(sys.modules.items()):
         if module is None or name.startswith(_LIBRARIES):

@@ -13,7 +13,7 @@ from . import installs
 from .installs import Undo
 
 __all__ = [
-    "around", "called_while_traced", "marked_outside_dynamo", "on_backward", "profiler_calls_dropped", "recompile_limit_hits",
+    "around", "handle_torch_markers", "called_while_traced", "marked_outside_dynamo", "on_backward", "profiler_calls_dropped", "recompile_limit_hits",
     "run_outside_dynamo", "traced_function", "traced_self", "tracing_for", "whole_frame",
 ]  # fmt: skip
 
@@ -322,3 +322,29 @@ def tracing_for() -> Any:
             return backend
         backend = inner
     return backend
+
+
+def handle_torch_markers(undo: Undo, traced: dict[Callable[..., Any], Callable[..., Any]], keeps: Callable[[], bool]) -> None:
+    """Where Dynamo traces for a backend that keeps the user's markers (`keeps()`, asked as it meets one),
+    it traces ``traced[f]`` in place of each in-graph torch function ``f`` (``torch.cuda.nvtx.range_push``,
+    ``range_pop``, ``range``); for any other backend, ``f`` as before, with the same graph break. Nothing
+    of ``torch.cuda.nvtx`` is replaced, so the guards of other code that Dynamo compiled, which check those
+    functions' code objects, stay true: no recompile of theirs.
+
+    Through the dict of special cases of ``TorchInGraphFunctionVariable`` (``_get_handlers()``, cached:
+    each value is called as ``handler(self, tx, *args, **kwargs)``, and a result of None goes on as if
+    there were none; 2.8, 2.11, 2.14.1), one entry per function, recorded in `undo`; the traced stand-in
+    is built with ``SourcelessBuilder.create``, without a guard."""
+    from torch._dynamo.variables.builder import SourcelessBuilder
+    from torch._dynamo.variables.torch import TorchInGraphFunctionVariable
+
+    handlers = TorchInGraphFunctionVariable._get_handlers()
+    for function, stand_in in traced.items():
+        theirs = handlers.get(function)
+
+        def handler(self: Any, tx: Any, *args: Any, _stand_in: Any = stand_in, _theirs: Any = theirs, **kwargs: Any) -> Any:
+            if keeps():
+                return SourcelessBuilder.create(tx, _stand_in).call_function(tx, list(args), kwargs)
+            return None if _theirs is None else _theirs(self, tx, *args, **kwargs)
+
+        undo.setitem(handlers, function, handler)

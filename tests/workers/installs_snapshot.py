@@ -52,6 +52,7 @@ def _ids(owner) -> dict[str, int]:
 def snapshot() -> dict[str, object]:
     """What nvtx_regions may change outside its own objects, each object by identity."""
     from torch._dynamo import callback, convert_frame
+    from torch._dynamo.variables.torch import TorchInGraphFunctionVariable
     from torch._inductor.codegen.cpp import CppScheduling
     from torch._inductor.codegen.wrapper import PythonWrapperCodegen
     from torch._inductor.scheduler import Scheduler
@@ -70,6 +71,9 @@ def snapshot() -> dict[str, object]:
             key: (type(value).__qualname__, value)
             for key, value in torch._dynamo.config.get_config_copy().items()
             if isinstance(value, (bool, int, float, str, type(None)))
+        },
+        "Dynamo's handlers of torch functions": {
+            repr(key): id(value) for key, value in TorchInGraphFunctionVariable._get_handlers().items()
         },
         "optimizer hooks": [list(optimizer._global_optimizer_pre_hooks), list(optimizer._global_optimizer_post_hooks)],
         "module hooks": [len(getattr(torch.nn.modules.module, name)) for name in dir(torch.nn.modules.module) if name.startswith("_global_") and name.endswith("hooks")],

@@ -1,6 +1,6 @@
 """A plain ``torch.compile`` of a model with the user's markers of every form, in a process where
 nvtx_regions compiled another model before it, after it, or not at all (argv[1]: before, after,
-none). Prints, as JSON, what Dynamo made of the plain model: its graphs (their code), its graph
+none), of `Marked` or (argv[2] ``nvtx``) `NvtxAfterOps`. Prints, as JSON, what Dynamo made of the plain model: its graphs (their code), its graph
 breaks and its output. nvtx_regions must change none of it."""
 
 from __future__ import annotations
@@ -36,6 +36,18 @@ class Marked(torch.nn.Module):
         return x
 
 
+class NvtxAfterOps(torch.nn.Module):
+    """The nvtx package's markers after a graph's ops: Dynamo guards that graph on the functions it read."""
+
+    def forward(self, x):
+        x = x.sin()
+        nvtx.push_range("a")
+        x = x.cos()
+        nvtx.pop_range()
+        with nvtx.annotate("b"):
+            return x.tan()
+
+
 def ours() -> None:
     import nvtx_regions
 
@@ -57,7 +69,7 @@ def main() -> None:
         return gm.forward
 
     torch.manual_seed(0)
-    model = Marked()
+    model = NvtxAfterOps() if sys.argv[2:] == ["nvtx"] else Marked()
     compiled = torch.compile(model, backend=backend)
     out = compiled(torch.ones(2, 4))
     if when == "after":
