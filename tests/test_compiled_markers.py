@@ -73,6 +73,7 @@ def flat(events):
     return found
 
 
+@pytest.mark.slow  # 18 s; the default tier's 6 minutes
 @needs_capture
 def test_markers_stay_in_their_own_domains_around_their_modules_kernels(tmp_path):
     result, events = run(tmp_path / "cache", "each module <*>", "nvtx", "--plain", "--bad")

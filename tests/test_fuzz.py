@@ -49,7 +49,8 @@ SPEC_TEXT = from_lark(GRAMMAR, start="start", explicit=EXPLICIT)
 def test_grammar_generated_text_parses_or_raises_our_error():
     outcomes: list[bool] = []
 
-    @settings(max_examples=200, database=None, suppress_health_check=[HealthCheck.too_slow])
+    # 100 texts: from_lark makes them slowly (200 took 34 s of the default tier's 6 minutes).
+    @settings(max_examples=100, database=None, suppress_health_check=[HealthCheck.too_slow])
     @given(SPEC_TEXT)
     def run(text):
         try:
@@ -64,7 +65,7 @@ def test_grammar_generated_text_parses_or_raises_our_error():
     # A fuzzer that only makes errors tests little. The grammar cannot say three
     # things (no steps a..b with b < a, no keyword as a bare label, a source
     # pattern is file:line): the rest parses.
-    assert len(outcomes) >= 100
+    assert len(outcomes) >= 50
     assert sum(outcomes) >= 0.7 * len(outcomes), f"only {sum(outcomes)} of {len(outcomes)} texts were valid"
 
 
