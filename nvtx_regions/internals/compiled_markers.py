@@ -159,7 +159,7 @@ def _substitute(undo: Undo) -> None:
     import torch.cuda.nvtx as torch_nvtx
 
     marker_op()
-    _originals.update(range_push=torch_nvtx.range_push, range_pop=torch_nvtx.range_pop, range=torch_nvtx.range)
+    _originals.update(range_push=torch_nvtx.range_push, range_pop=torch_nvtx.range_pop)  # for the op's kernel
     handle_torch_markers(undo, {torch_nvtx.range_push: _traced_push, torch_nvtx.range_pop: _traced_pop,
                                 torch_nvtx.range: _traced_range}, keeps_markers)  # fmt: skip
     _install_nvtx_package(undo, _kept())
@@ -294,21 +294,18 @@ def uninstall() -> None:
     installs.put_back(MARKERS)
 
 
-_NAMES = {
-    "range_push": "torch.cuda.nvtx.range_push", "range_pop": "torch.cuda.nvtx.range_pop",
-    "range": "torch.cuda.nvtx.range", "nvtx_push": "nvtx.push_range", "nvtx_pop": "nvtx.pop_range",
-}  # fmt: skip
+# The functions replaced while installed (the nvtx package's; torch.cuda.nvtx's never are: Dynamo's handlers).
+_NAMES = {"nvtx_push": "nvtx.push_range", "nvtx_pop": "nvtx.pop_range"}
 _LIBRARIES = ("torch", "nvtx", "nvtx_regions", "thunder", "lightning", "transformers", "_")
 
 
 def held_before() -> list[tuple[str, str, str]]:
     """(module, its global's name, the marker API) of each global of a loaded module, outside
-    torch, nvtx and the like, that names an original marker function (``from torch.cuda.nvtx
-    import range_push`` before `install`): Dynamo sees the original there."""
+    torch, nvtx and the like, that names an original of a replaced marker function (``from nvtx
+    import push_range`` before `install`): Dynamo sees the original there."""
     import sys
 
-    # torch.cuda.nvtx's functions are not replaced (Dynamo's handlers): a reference to them is no problem.
-    originals = {id(function): _NAMES[key] for key, function in _originals.items() if key.startswith("nvtx_")}
+    originals = {id(_originals[key]): name for key, name in _NAMES.items() if key in _originals}
     found = []
     for name, module in list(sys.modules.items()):
         if module is None or name.startswith(_LIBRARIES):

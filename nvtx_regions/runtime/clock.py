@@ -74,11 +74,10 @@ def _optimizer_stepped(optimizer: Any, args: Any, kwargs: Any) -> None:
 def start_counting() -> None:
     """Count optimizer steps from now on: torch's global optimizer step hook, one change of
     `internals.installs` (once until the last handle's ``remove()`` takes it off)."""
-    if not installs.made(_COUNTING):
-        installs.make(_COUNTING, _hook_optimizers)
+    installs.make(_COUNTING, _hook_optimizers)
 
 
-def _hook_optimizers(undo: Any) -> None:
+def _hook_optimizers(undo: installs.Undo) -> None:
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     from ..internals.dynamo import run_outside_dynamo
