@@ -44,11 +44,13 @@ def test_a_plain_compile_beside_ours_compiles_as_without_us():
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="the nvtx package's functions are still replaced while our backends live (issue 50 "
-                   "item 2): a graph Dynamo guarded on them compiles again")  # fmt: skip
 def test_a_plain_compile_guarded_on_the_nvtx_packages_markers_compiles_nothing_more():
-    alone, after = (_plain_compile(when, "nvtx") for when in ("none", "after"))
-    assert alone["graphs"]
+    # The nvtx package's markers after a graph's ops: Dynamo guards that graph on the functions it read
+    # (the graph list holds every graph compiled, so a recompile shows as more graphs). Once, while our
+    # backends lived, those functions were replaced: a graph guarded on them compiled again (4 graphs instead of 2, torch 2.11).
+    alone, before, after = (_plain_compile(when, "nvtx") for when in ("none", "before", "after"))
+    assert len(alone["graphs"]) >= 2 and alone["graph_breaks"] > 0, alone  # graphs on both sides of a marker
+    assert before == alone
     assert after == alone
 
 

@@ -31,7 +31,7 @@ import nvtx_regions
 from nvtx_regions import NvtxRegionsWarning, SelectorError
 from nvtx_regions.eager import annotate
 from nvtx_regions.capture import is_attached
-from nvtx_regions.testing import capture, capture_subprocess, check_balanced, start_end_ranges
+from nvtx_regions.testing import capture, capture_subprocess, check_balanced, continues, start_end_ranges
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKERS = ROOT / "tests" / "workers"
@@ -64,17 +64,20 @@ def _needs_capture() -> None:
 
 
 def _ranges(events) -> list[str]:
-    """The messages of the ranges in our domain in the order they open (push/pop and start/end
-    ranges: a module call whose kernels Inductor interleaved with another's is a start/end range),
-    after checking that every range closes."""
+    """The messages of the module calls' ranges in our domain in the order they open (push/pop and
+    start/end ranges alike), after checking that every range closes. A call's later parts
+    (`continues`: Inductor ran other modules' work between its own) are left out: names and counts
+    are eager's."""
     check_balanced(events)
     ours = [e for e in events if e.domain == "nvtx_regions"]
     assert all(r.end_ns is not None for r in start_end_ranges(ours))
-    return [e.message for e in sorted(ours, key=lambda e: e.ts_ns) if e.kind in ("push", "start")]
+    return [e.message for e in sorted(ours, key=lambda e: e.ts_ns) if e.kind in ("push", "start") and not continues(e.message)]
 
 
 def _pushes(events) -> collections.Counter:
-    return collections.Counter((e.domain, e.message, e.color, e.category) for e in events if e.kind in ("push", "start"))
+    return collections.Counter(
+        (e.domain, e.message, e.color, e.category) for e in events if e.kind in ("push", "start") and not continues(e.message or "")
+    )
 
 
 def _without_our_lines(code: str) -> str:

@@ -60,8 +60,8 @@ def test_a_kernel_of_no_module_does_not_end_the_range_it_is_in():
     assert _spans(plan) == [("h.0 (backward)", 0, 2), ("h.1 (backward)", 3, 3)]
 
 
-def test_one_range_per_module_call_from_its_first_kernel_to_its_last():
-    # h.0's weight gradients scheduled after another module's kernel: still one h.0 range.
+def test_a_call_whose_kernels_another_modules_work_splits_comes_in_parts():
+    # h.0's weight gradient scheduled after another module's kernel: h.0's range in two parts.
     embedding = (("k9", "wte", "Embedding"),)
     kernels = [
         _kernel(0, "extern_kernels.mm", ("mm", H0_FC)),
@@ -69,7 +69,21 @@ def test_one_range_per_module_call_from_its_first_kernel_to_its_last():
         _kernel(2, "extern_kernels.mm", ("mm", H0_FC)),
     ]
     _, plan = _plan("each module <h.*>", kernels, "backward")
-    assert _spans(plan) == [("h.0 (backward)", 0, 2)]
+    assert _spans(plan) == [("h.0 (backward)", 0, 0), ("h.0 (backward, continued)", 2, 2)]
+    assert {r.style for r in plan.ranges} == {"PushPop"}
+    # A kernel of the module around it (h.0's own add) stays inside h.0.fc's range; a kernel of h.0
+    # that fuses the work of h.0.fc's sibling (proj's gelu) cuts it, as does a kernel of two other
+    # blocks; one that does some of h.0's work (of both blocks) stays, as does one of no module.
+    proj = (*H0, ("k3", "h.0.proj", "Linear"))
+    for middle, parts in [
+        (_kernel(1, "cpp_fused_add_0", ("add", H0)), [("h.0.fc (backward)", 0, 2)]),
+        (_kernel(1, "cpp_fused_add_gelu_0", ("add", H0), ("gelu", proj)), [("h.0.fc (backward)", 0, 0), ("h.0.fc (backward, continued)", 2, 2)]),
+        (_kernel(1, "cpp_fused_add_0", ("add", H1), ("add", (("k4", "h.2", "Block"),))), [("h.0.fc (backward)", 0, 0), ("h.0.fc (backward, continued)", 2, 2)]),
+        (_kernel(1, "cpp_fused_add_0", ("add", H0), ("add", H1)), [("h.0.fc (backward)", 0, 2)]),
+        (_kernel(1, "cpp_fused_add_0", ("add", ())), [("h.0.fc (backward)", 0, 2)]),  # of no module
+    ]:  # fmt: skip
+        _, plan = _plan("each module <h.0.fc>", [kernels[0], middle, kernels[2]], "backward")
+        assert _spans(plan) == parts, middle.name
 
 
 def test_op_in_matches_kernel_names_their_last_part_and_their_aten_ops():
@@ -205,17 +219,19 @@ def test_a_refusal_is_our_selector_error_naming_the_rule():
 
 
 def test_a_crossing_range_is_explained_in_kernels_not_bound_symbols():
-    """Inductor interleaved two modules' kernels: each range becomes a start/end range, and why says
-    so in Inductor's words (issue 49: it spoke of thunder's bound symbols)."""
+    """A region that starts inside one module call and ends inside the next: each call's range becomes
+    a start/end range, and why says so in Inductor's words (issue 49: it spoke of thunder's bound
+    symbols)."""
     kernels = [
         _kernel(0, "extern_kernels.mm", ("mm", H0)),
-        _kernel(1, "extern_kernels.mm", ("mm", H1)),
-        _kernel(2, "extern_kernels.mm", ("mm", H0)),
+        _kernel(1, "cpp_fused_gelu_1", ("gelu", H0)),
+        _kernel(2, "cpp_fused_tanh_2", ("tanh", H1)),
         _kernel(3, "extern_kernels.mm", ("mm", H1)),
     ]
-    _, plan = _plan("each module <h.*>", kernels, "backward")
+    _, plan = _plan("each module <h.*>\nr: between first(op in <gelu>)..first(op in <tanh>)", kernels, "backward")
     whys = {r.label: r.why for r in plan.ranges}
     assert whys == {
-        "h.0 (backward)": "crosses 'h.1 (backward)' (kernels 1..3): the compiler (thunder, Inductor) interleaved their ops",
-        "h.1 (backward)": "crosses 'h.0 (backward)' (kernels 0..2): the compiler (thunder, Inductor) interleaved their ops",
+        "h.0 (backward)": "crosses 'r' (kernels 1..2): the compiler (thunder, Inductor) interleaved their ops",
+        "h.1 (backward)": "crosses 'r' (kernels 1..2): the compiler (thunder, Inductor) interleaved their ops",
+        "r": None,
     }

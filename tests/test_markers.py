@@ -557,9 +557,9 @@ def test_each_marker_forward_is_eager_call_for_call(name, nvtx_capture):
     assert calls == [expected] * 3
 
 
-def test_markers_are_recorded_after_an_nvtx_inductor_installed_its_substitutes(nvtx_capture):
-    """NvtxInductor's marker substitutes (`compiled_markers`) let thunder record the markers as before:
-    they ask Dynamo, not `torch.compiler.is_compiling`, which thunder's lookaside makes true."""
+def test_markers_are_recorded_after_an_nvtx_inductor_installed_its_stand_ins(nvtx_capture):
+    """NvtxInductor's marker stand-ins (`compiled_markers`) let thunder record the markers as before:
+    they act only where Dynamo traces for an NvtxInductor, never in thunder's interpreter."""
     from nvtx_regions.internals import compiled_markers
 
     installed_before = compiled_markers.installed()

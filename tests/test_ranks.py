@@ -10,6 +10,7 @@ tests/test_profile_ranks.py.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import os
 from pathlib import Path
 
@@ -274,3 +275,34 @@ def test_a_rank_this_node_does_not_run_is_a_usage_error_before_any_run(tmp_path,
     assert main(argv) == 2
     assert "--rank 3: this command runs ranks 0..2; choose one of them, or leave --rank out for every rank" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_a_call_in_parts_is_one_call_as_long_as_its_parts(tmp_path):
+    """Inductor ran `blocks.1 (backward)`'s weight gradient after blocks.0's backward work: the call's
+    range comes in two parts. The summary, the report's module rows and `compare` count one call, the
+    parts' time together; the parts' own names are no rows."""
+    from nvtx_regions.report.compare import compare
+    from nvtx_regions.report.records import module_rows
+
+    pid = 7
+    parts = []
+    for step, at in ((0, 0), (1, 1_000_000), (2, 2_000_000)):
+        parts += [
+            RangeRecord(pid, pid, "nvtx_regions", f"step {step}", at, at + 900_000, 0, category_name="nvtx_regions.steps"),
+            RangeRecord(pid, pid, "nvtx_regions", "blocks.1 (backward)", at + 100_000, at + 200_000, 1, category_name=SPEC),
+            RangeRecord(pid, pid, "nvtx_regions", "blocks.0 (backward)", at + 200_000, at + 500_000, 1, category_name=SPEC),
+            RangeRecord(pid, pid, "nvtx_regions", "blocks.1 (backward, continued)", at + 500_000, at + 540_000, 1, category_name=SPEC),
+        ]  # fmt: skip
+    summary = summarize(parts, None, rank=0, rows=RowKinds.of(None), warmup=0)
+    assert summary.cpu == {
+        ("blocks.1", "backward"): Timing(2, 140 * US, 140 * US, 140 * US, 1, 0),
+        ("blocks.0", "backward"): Timing(2, 300 * US, 300 * US, 300 * US, 1, 0),
+    }  # step 0 left out; blocks.1's parts, 100 + 40 µs, one call each step
+    rows = {row.module: row.backward for row in module_rows(parts)}
+    assert rows == {"blocks.1": (140 * US,) * 3, "blocks.0": (300 * US,) * 3}
+    write_capture(tmp_path / "a.json", {0: [dataclasses.replace(r, pid=1000, tid=1000) for r in parts]})
+    compared = {row.name: (row.count_a, row.median_a_us) for row in compare(tmp_path / "a.json", tmp_path / "a.json")}
+    assert compared["blocks.1 (backward)"] == (3, 140.0) and "blocks.1 (backward, continued)" not in compared
+    # The positive control: read as calls of their own, the parts would be a row, or two calls a step.
+    whole = [r if "continued" not in (r.message or "") else RangeRecord(pid, pid, "nvtx_regions", "blocks.1 (backward)", r.start_ns, r.end_ns, 1, category_name=SPEC) for r in parts]
+    assert summarize(whole, None, rank=0, rows=RowKinds.of(None), warmup=0).cpu[("blocks.1", "backward")].n == 4

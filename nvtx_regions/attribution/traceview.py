@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterable, Sequence
 
 from ..core.bits import bit_positions
-from ..core.calls import common_chain
+from ..core.calls import common_chain, parts_below
 from ..core.markers import MarkerLog, MarkerStack, common_markers
 from ..core.naming import Phase
 from .module_calls import backward_origins, forward_chains, parameter_only
@@ -221,6 +221,18 @@ class TraceView:
         chains = self.forward.module_chains
         return [
             None if mask is None else common_chain(chains[p] for p in bit_positions(mask)) for mask in self.origins
+        ]
+
+    @functools.cached_property
+    def module_parts(self) -> list[Any]:
+        """Per op of a backward trace: the module calls just below its chain whose gradients it computes
+        (`calls.parts_below`); a forward op's are not recorded (none)."""
+        if self.phase == "forward" or self.forward is None:
+            return [()] * len(self.ops)
+        chains = self.forward.module_chains
+        return [
+            () if mask is None else parts_below(common, [chains[p] for p in bit_positions(mask)])
+            for common, mask in zip(self.module_chains, self.origins)
         ]
 
     @functools.cached_property

@@ -55,6 +55,18 @@ def common_chain(chains: Iterable[Chain | None]) -> Chain | None:
     return None if result is None else tuple(result)
 
 
+def parts_below(common: Chain | None, chains: Iterable[Chain | None]) -> tuple[ModuleCall, ...]:
+    """The module calls just below `common` (the `common_chain` of `chains`) that `chains` reach: whose
+    work an op of that chain does besides its own module's (a fusion of two siblings' ops has both)."""
+    if common is None:
+        return ()
+    found: dict[str, ModuleCall] = {}
+    for chain in chains:
+        if chain is not None and len(chain) > len(common):
+            found.setdefault(chain[len(common)].path, chain[len(common)])
+    return tuple(found.values())
+
+
 def ancestors(chain: Chain, classes: dict[str, str]) -> list[tuple[str, str]]:
     """(path, class name) of the op's module and of everything above it: every
     prefix of its path (so a ``ModuleList``, whose ``forward`` never runs,

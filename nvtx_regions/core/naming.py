@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any, Literal, Protocol
 
 __all__ = [
-    "ANY_DOMAIN", "DEFAULT_DOMAIN", "BACKWARD_SUFFIX", "Phase", "in_domain", "module_call_name", "range_message",
-    "rule_category", "rule_color",
+    "ANY_DOMAIN", "DEFAULT_DOMAIN", "BACKWARD_SUFFIX", "CONTINUED", "Phase", "continues", "in_domain", "module_call_name",
+    "range_message", "read_range_message", "rule_category", "rule_color",
 ]  # fmt: skip
 
 # A pass of a training step, on every backend: a program (a trace, a graph, a module tree) is one's.
@@ -59,9 +59,35 @@ def module_call_name(path: str, cls: str) -> str:
     return path or cls
 
 
-def range_message(name: str, phase: Phase) -> str:
-    """The message of a module call's range in `phase` ("forward" or "backward")."""
+# What the range of a part of a module call after its first adds to the message, where a compiler ran
+# other modules' work between parts of the call's own (Inductor runs a projection's weight gradient
+# after its siblings' input gradients): ``o_proj (backward, continued)``.
+CONTINUED = "continued"
+
+
+def range_message(name: str, phase: Phase, *, continued: bool = False) -> str:
+    """The message of a module call's range in `phase` ("forward" or "backward"); `continued`: of a
+    part of the call after its first (see `CONTINUED`)."""
+    if continued:
+        return f"{name} (backward, {CONTINUED})" if phase == "backward" else f"{name} ({CONTINUED})"
     return name + BACKWARD_SUFFIX if phase == "backward" else name
+
+
+def continues(message: str) -> bool:
+    """Whether a range named `message` is a later part of a module call's range (`CONTINUED`): a count
+    of calls, or a comparison of names across backends, leaves it out."""
+    return read_range_message(message)[2]
+
+
+def read_range_message(message: str) -> tuple[str, Phase, bool]:
+    """(name, phase, continued) of a message `range_message` made; a message it did not make
+    reads as a forward range named `message`."""
+    for phase, continued, suffix in (
+        ("backward", False, BACKWARD_SUFFIX), ("backward", True, f" (backward, {CONTINUED})"), ("forward", True, f" ({CONTINUED})"),
+    ):  # fmt: skip
+        if message.endswith(suffix):
+            return message[: -len(suffix)], phase, continued
+    return message, "forward", False
 
 
 class _NamedRule(Protocol):

@@ -70,9 +70,9 @@ from ..runtime.clock import watch_step_gates
 from ..runtime.domain import Domain
 from ..language.tree import render
 from ..selection.plan import Plan, make_plan
-from ..runtime.ranges import pending_instance, set_instance
+from ..runtime.ranges import name_backward, set_instance
 from ..runtime.sinks import chosen_sinks
-from .check import check_spec, held_before_messages, left_out_message
+from .check import check_spec, left_out_message
 from .instances import FrameRoot, Models, frame_root, same_class, structure
 from .kernels import KernelView, inside_call, kernel_view, rebase, view_from_literal, view_literal
 from . import dynamo_events, loaded
@@ -170,8 +170,6 @@ class NvtxInductor(SpecHandle):
         if model is not None:
             self.adopt(model)
         dynamo_events.watch()
-        for where, message in held_before_messages():
-            self._say(where, f"{self!r}: {message}")
 
     @property
     def _paths(self) -> dict[str, str] | None:
@@ -266,10 +264,9 @@ class NvtxInductor(SpecHandle):
         self.outside.release(self)
         self.release_installs()
 
-    def _before(self, frame: FrameRoot, args: tuple[Any, ...]) -> tuple[str | None, str | None]:
-        """Before a call of a graph whose code serves several module instances: the one it runs for, and
-        the instance that was waiting for another call (a backward's, when activation checkpointing
-        recomputes this call's forward inside it), which `_after` puts back."""
+    def _before(self, frame: FrameRoot, args: tuple[Any, ...]) -> str | None:
+        """Before a call of a graph whose code serves several module instances: the one it runs for,
+        which the call's forward code takes (`set_instance`) and `_after` gives its backward."""
         instance = frame.instance(args)
         if instance is None:
             self._say(
@@ -278,20 +275,18 @@ class NvtxInductor(SpecHandle):
                 "the models this backend was given, so its calls get no NVTX range: compile each model with "
                 "nvtx_regions.compile, or give it to the backend (NvtxInductor(model=...), adopt())",
             )
-        waiting = pending_instance()
         set_instance(instance)
-        return instance, waiting
+        return instance
 
-    def _after(self, number: int, outputs: Any, token: tuple[str | None, str | None] | None) -> None:
+    def _after(self, number: int, outputs: Any, instance: str | None) -> None:
         """After a call of graph `number`: its backward's instance; and when to say what each rule
         selected in the graphs loaded since it was last said: at the end of the backward of a graph's
         first call, or at the next call of the very first graph called, for the same module (a step
         went by). The same moment whether Inductor compiled the graphs or its cache served them."""
-        instance, waiting = token if token is not None else (None, None)
-        if instance is not None:
-            set_instance(waiting)
-            if outputs is not None:
-                dynamo.on_backward(outputs, lambda: set_instance(instance))
+        if instance is not None and outputs is not None:
+            node = dynamo.backward_node(outputs)
+            if node is not None:
+                name_backward(node, instance)
         if outputs is None:  # the call raised
             return
         if number not in self._first_calls:

@@ -20,12 +20,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..internals import compiled_markers
 from ..language.tree import Spec
 from ..selection.compile import CompiledSpec, compile_spec
 from ..selection.support import report_unsupported, restrict
 
-__all__ = ["check_spec", "held_before_messages", "left_out_message"]
+__all__ = ["check_spec", "left_out_message"]
 
 
 def check_spec(spec: Spec, *, strict: bool = True, stacklevel: int = 1) -> CompiledSpec:
@@ -52,17 +51,3 @@ def left_out_message(root: str | None, view: Any, why: str) -> str:
         "Remove the graph break (TORCH_LOGS=graph_breaks shows where), or use backend='eager', "
         "which names every module call"
     )
-
-
-def held_before_messages() -> list[tuple[str, str]]:
-    """(what, message) for each global of the user's modules that holds an original marker function
-    (`compiled_markers.held_before`): Dynamo meets the original there."""
-    return [
-        (
-            f"held:{module}.{name}",
-            f"{module}.{name} is {api} as it was before NvtxInductor existed (a 'from ... import'), so under "
-            "torch.compile its calls break the graph (fullgraph=True: an error) and run outside the compiled "
-            f"code. Call it as {api}(...) instead",
-        )
-        for module, name, api in compiled_markers.held_before()
-    ]

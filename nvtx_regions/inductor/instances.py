@@ -22,9 +22,9 @@ Promises:
   module too. A call whose tensor belongs to no candidate gets no range (never
   a wrong name), and so does every call of a graph that takes no parameter or
   buffer of its root (`FrameRoot.why_not`).
-- The backward of a call is named after the instance its forward ran for
-  (`runtime.ranges.set_instance`, through the autograd node of the call,
-  `internals.dynamo.on_backward`).
+- The backward of a call is named after the instance its forward ran for,
+  which the call's autograd node holds (`runtime.ranges.name_backward`,
+  `internals.dynamo.backward_node`).
 - The module calls that span the break (the root's and its ancestors') are in
   no one graph: `inductor.outside` gives them their ranges.
 """

@@ -24,6 +24,11 @@ Promises:
   (`internals.inductor._kernel`), not the inputs inlined into it.
 - A backward kernel has the modules of the forward nodes it is the
   gradient of (AOTAutograd's ``fwd_nn_module_stack``).
+- A kernel also keeps the module calls just below its own whose work its
+  deciding origins do (`Kernel.parts`): a fusion of a gated MLP's mul with
+  the gate's sigmoid backward belongs to the MLP, and does gate's work, so a
+  range of `down` that it lies inside is cut around it
+  (`selection.selectors.call_parts`).
 - A kernel all of whose origins are static (a backward kernel computed from
   saved forward values alone, a forward kernel of constants) is *hoisted*
   (`View.parameter_only`, as in thunder traces): it keeps the module of its
@@ -50,7 +55,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import ClassVar, Sequence
 
-from ..core.calls import Chain, ModuleCall, common_chain
+from ..core.calls import Chain, ModuleCall, common_chain, parts_below
 from ..core.markers import Marker, MarkerStack
 from ..internals.inductor import WrapperKernel, called_module
 from ..selection.view import ChainView, Phase
@@ -73,6 +78,7 @@ class Kernel:
     writes: tuple[str, ...] = ()
     is_fusion: bool = False
     markers: MarkerStack = ()  # the user's markers it is inside (see the module doc)
+    parts: tuple[ModuleCall, ...] = ()  # the calls just below `chain` whose work it does (see the module doc)
 
     @property
     def text(self) -> str:
@@ -143,9 +149,11 @@ def kernel_view(
                 if hoisted or not origin.static:
                     chains.append(tuple(chain))
         markers = tuple(sorted({m for found in deciding for m in found}, key=lambda m: m.occurrence))
+        chain = common_chain(chains)
         ops.append(
-            Kernel(position, kernel.name, tuple(names), common_chain(chains), kernel.first, kernel.last, hoisted, markers=markers)
-        )
+            Kernel(position, kernel.name, tuple(names), chain, kernel.first, kernel.last, hoisted, markers=markers,
+                   parts=parts_below(chain, chains))
+        )  # fmt: skip
     return KernelView(ops, phase, name, classes)
 
 
@@ -158,7 +166,8 @@ def view_literal(view: KernelView) -> tuple:
     for op in view.ops:
         chain = None if op.chain is None else chains.setdefault(op.chain, len(chains))
         inside = tuple(markers.setdefault(marker, len(markers)) for marker in op.markers)
-        ops.append((op.name, op.names, chain, op.first_line, op.last_line, op.hoisted, inside))
+        parts = tuple((call.path, call.cls, call.call) for call in op.parts)
+        ops.append((op.name, op.names, chain, op.first_line, op.last_line, op.hoisted, inside, parts))
     table = tuple(tuple((call.path, call.cls, call.call) for call in chain) for chain in chains)
     marker_table = tuple((m.domain, m.message, m.color, m.form, m.occurrence, m.where) for m in markers)
     return (view.phase, view.name, tuple(sorted(view.classes.items())), table, tuple(ops), marker_table)
@@ -172,9 +181,9 @@ def view_from_literal(literal: tuple) -> KernelView:
     kernels = [
         Kernel(
             position, op_name, tuple(names), None if chain is None else chains[chain], first, last, hoisted,
-            markers=tuple(markers[n] for n in inside),
+            markers=tuple(markers[n] for n in inside), parts=tuple(ModuleCall(*call) for call in parts),
         )
-        for position, (op_name, names, chain, first, last, hoisted, inside) in enumerate(ops)
+        for position, (op_name, names, chain, first, last, hoisted, inside, parts) in enumerate(ops)
     ]
     return KernelView(kernels, phase, name, dict(classes))
 
@@ -197,7 +206,8 @@ def rebase(view: KernelView, root: str, instance: str, name: str) -> KernelView:
         chain = op.chain
         if chain is not None:
             chain = tuple(ModuleCall(_rebased(c.path, root, instance), c.cls, c.call) for c in chain)
-        ops.append(Kernel(op.index, op.name, op.names, chain, op.first_line, op.last_line, op.hoisted, markers=op.markers))
+        parts = tuple(ModuleCall(_rebased(c.path, root, instance), c.cls, c.call) for c in op.parts)
+        ops.append(Kernel(op.index, op.name, op.names, chain, op.first_line, op.last_line, op.hoisted, markers=op.markers, parts=parts))
     classes = {_rebased(path, root, instance): cls for path, cls in view.classes.items()}
     return KernelView(ops, view.phase, name, classes)
 
@@ -208,7 +218,8 @@ def inside_call(view: KernelView, root: str, cls: str) -> KernelView:
     return), and Dynamo records no call of the frame's own module."""
     call = ModuleCall(root, cls, 0)
     ops = [
-        Kernel(op.index, op.name, op.names, (call, *(op.chain or ())), op.first_line, op.last_line, op.hoisted, markers=op.markers)
+        Kernel(op.index, op.name, op.names, (call, *(op.chain or ())), op.first_line, op.last_line, op.hoisted, markers=op.markers,
+               parts=op.parts)
         for op in view.ops
     ]
     return KernelView(ops, view.phase, view.name, {root: cls, **view.classes})

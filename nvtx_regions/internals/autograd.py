@@ -3,7 +3,7 @@ Inductor's graphs (`inductor.outside`) read."""
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 __all__ = ["AutogradInternals", "autograd_internals"]
 
@@ -20,13 +20,22 @@ class AutogradInternals(NamedTuple):
       runs `fn` when the current backward ends. Without it ranges still open
       when a backward succeeds (a call none of whose inputs needs a gradient)
       would close only at the next forward.
+    - ``current_node()`` is ``torch._C._current_autograd_node`` (2.8 too): the
+      autograd node whose backward runs on this thread now, None outside any.
+      Without it a compiled graph's backward would learn which module instance
+      its forward ran for only from a pre-hook on its node, registered per call
+      and called per backward (`runtime.ranges.name_backward`).
     """
 
     graph_task_id: Callable[[], int]
     queue_callback: Callable[[Callable[[], None]], None]
+    current_node: Callable[[], Any]
 
 
 def autograd_internals() -> AutogradInternals:
     import torch
 
-    return AutogradInternals(torch._C._current_graph_task_id, torch.autograd.Variable._execution_engine.queue_callback)
+    return AutogradInternals(
+        torch._C._current_graph_task_id, torch.autograd.Variable._execution_engine.queue_callback,
+        torch._C._current_autograd_node,
+    )  # fmt: skip

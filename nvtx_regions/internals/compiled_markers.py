@@ -8,22 +8,17 @@ Capture (`install`, by each `NvtxInductor`, once until the last handle's ``remov
 compile ("torch.* op returned non-Tensor": Dynamo's ``trace_rules`` list them as in-graph functions),
 and the nvtx package's calls (Cython) break the graph.
 
-``torch.cuda.nvtx``'s three functions stay as they are: where Dynamo meets one while it traces for a
-backend that keeps the user's markers (`keeps_markers`: an `NvtxInductor`), it traces a stand-in
-instead (`dynamo.handle_torch_markers`: `_traced_push`, `_traced_pop`, `_traced_range`), which puts
-one ``nvtx_regions::marker(action, form, message, domain, color)`` node into the graph; for any other
-backend it does what it did, with the same graph break. Other code's graphs, whose guards check
-those functions' code objects, stay valid (no recompile), and a reference taken before the install
-(``from torch.cuda.nvtx import range_push``) is kept as well.
+No marker function is replaced, neither ``torch.cuda.nvtx``'s nor the nvtx package's. Where Dynamo meets
+one while it traces for a backend that keeps the user's markers (`keeps_markers`: an `NvtxInductor`),
+it traces a stand-in instead, which puts one ``nvtx_regions::marker(action, form, message, domain,
+color)`` node into the graph (`dynamo.handle_markers`): for ``torch.cuda.nvtx``'s three functions
+`_traced_push`, `_traced_pop`, `_traced_range`; for the nvtx package's ``push_range``, ``pop_range``,
+``annotate`` and the two Cython calls of the wrapper that ``annotate`` makes of a function it decorates,
+`_nvtx_stand_ins`. For any other backend Dynamo does what it did, with
+the same graph breaks and the same graphs: other code's graphs, whose guards check those functions,
+stay valid (no recompile), made before our first backend or after it. A reference taken before the
+install (``from nvtx import push_range``) is the function itself, and is traced the same.
 
-The nvtx package's are replaced by substitutes (module attributes, and ``nvtx.annotate``'s methods, so
-an ``annotate`` object made or applied as a decorator before the install is covered too). While
-Dynamo traces code for a backend that keeps the user's markers (``torch.compiler.is_dynamo_compiling()``,
-not ``is_compiling()``, which thunder 0.2.6's lookaside makes true while thunder traces, where the
-originals must run for thunder's marker lookasides to record them) each puts the same node into the
-graph; otherwise it calls the original (one Python call more), so Dynamo tracing for any other backend
-meets the original, as in a process without nvtx_regions: the same graph breaks, the same graphs. (A
-graph of other code that Dynamo guarded on them compiles again once, while our handles live.)
 The op has side effects for FX (``torch.fx.node.has_side_effect``), so no dead-code pass drops it.
 Its kernel does what the marker does, at its place among the kernels.
 
@@ -35,33 +30,27 @@ for a backend that keeps the user's markers (Dynamo reads it as ``if config.capt
 traces, 2.11 and 2.14), so other models' graphs stay as they were; on a torch without it,
 `record_function_lost` says so.
 
-A reference to the nvtx package's functions taken before the install (``from nvtx import push_range``)
-still names the original: under torch.compile it breaks the graph as before (``fullgraph=True``:
-Dynamo's error), and the marker runs as written, outside every graph. `held_before` finds such
-references in the modules loaded so far, for a warning.
-
 What the backend does with the marker nodes: `marker_nodes`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from . import installs
 from .installs import Undo
-from .dynamo import handle_torch_markers
+from .dynamo import handle_markers
 
-__all__ = ["install", "uninstall", "installed", "marker_op", "record_function_lost", "held_before", "keeps_markers"]
+__all__ = ["install", "uninstall", "installed", "marker_op", "record_function_lost", "keeps_markers"]
 
 NAMESPACE = "nvtx_regions"
 
-MARKERS = "the marker substitutes"  # the change's name in `installs`
+MARKERS = "the marker stand-ins"  # the change's name in `installs`
 _library: Any = None
 
 
 def installed() -> bool:
-    """Whether the substitutes are in place."""
+    """Whether the stand-ins are in place."""
     return installs.made(MARKERS)
 
 
@@ -80,25 +69,25 @@ def marker_op() -> Any:
 
 def _run_marker(action: str, form: str, message: str | None, domain: str | None, color: str | None) -> None:
     """The op's kernel: nothing while a compiler traces (Dynamo's and AOTAutograd's fake runs, under a
-    ``TracingContext``); else the marker itself, with the original functions."""
+    ``TracingContext``); else the marker itself."""
     from torch._guards import TracingContext
 
     if TracingContext.try_get() is not None:
         return
-    originals = _originals
     if form == "torch.cuda.nvtx":
+        import torch.cuda.nvtx as markers
+
         if action == "push":
-            originals["range_push"](message)
+            markers.range_push(message)
         else:
-            originals["range_pop"]()
+            markers.range_pop()
     else:
+        import nvtx
+
         if action == "push":
-            originals["nvtx_push"](message, color_value(color), domain)
+            nvtx.push_range(message, color_value(color), domain)
         else:
-            originals["nvtx_pop"](domain)
-
-
-_originals: dict[str, Any] = {}
+            nvtx.pop_range(domain)
 
 
 def _color_text(color: Any) -> str | None:
@@ -113,9 +102,8 @@ def color_value(text: str | None) -> Any:
 
 def keeps_markers() -> bool:
     """Whether Dynamo is tracing, on this thread, for a backend that keeps the user's markers in its
-    graphs (one whose class sets ``keeps_user_markers = True``: `NvtxInductor`). Under Dynamo it is
-    called for real and its result taken as a constant (``assume_constant_result``, 2.8 to 2.14: no
-    graph break, no guard), once per traced call of a substitute."""
+    graphs (one whose class sets ``keeps_user_markers = True``: `NvtxInductor`). Asked by Dynamo's own
+    code as it meets a marker (the handlers above) or reads its config, never traced."""
     from .dynamo import tracing_for
 
     return bool(getattr(type(tracing_for()), "keeps_user_markers", False))
@@ -149,20 +137,18 @@ def _marker(action: str, form: str, message: Any = None, domain: Any = None, col
 
 
 def install() -> None:
-    """Put the substitutes in place and turn record_function capture on (see the module doc), one change
+    """Put the stand-ins in place and turn record_function capture on (see the module doc), one change
     of `installs`; once until it is put back."""
-    installs.make(MARKERS, _substitute)
+    installs.make(MARKERS, _apply)
 
 
-def _substitute(undo: Undo) -> None:
+def _apply(undo: Undo) -> None:
     import torch
     import torch.cuda.nvtx as torch_nvtx
 
     marker_op()
-    _originals.update(range_push=torch_nvtx.range_push, range_pop=torch_nvtx.range_pop)  # for the op's kernel
-    handle_torch_markers(undo, {torch_nvtx.range_push: _traced_push, torch_nvtx.range_pop: _traced_pop,
-                                torch_nvtx.range: _traced_range}, keeps_markers)  # fmt: skip
-    _install_nvtx_package(undo, _kept())
+    torch_markers = {torch_nvtx.range_push: _traced_push, torch_nvtx.range_pop: _traced_pop, torch_nvtx.range: _traced_range}
+    handle_markers(undo, {**torch_markers, **_nvtx_stand_ins()}, keeps_markers)
     config = torch._dynamo.config
     if hasattr(config, "capture_profiler_record_function"):
         undo.setattr(config, "capture_profiler_record_function", WHILE_KEPT)
@@ -183,142 +169,91 @@ def _traced_pop() -> int:
 def _traced_range(msg: str, *args: Any, **kwargs: Any) -> _TracedRange:
     """What Dynamo traces for ``torch.cuda.nvtx.range(msg, *args, **kwargs)`` there (a function: Dynamo
     builds the class from the module's globals, where it has a source)."""
-    return _TracedRange(msg, *args, **kwargs)
+    return _TracedRange("torch.cuda.nvtx", msg.format(*args, **kwargs) if args or kwargs else msg)
 
 
 class _TracedRange:
-    """A context manager (and decorator) around the marker ops."""
+    """A context manager (and decorator) around the marker ops: ``torch.cuda.nvtx.range``'s, or an
+    ``nvtx.annotate``'s (whose ``with`` gives the object itself, and whose decorator names the range
+    after the function where it has no message)."""
 
-    def __init__(self, msg: str, *args: Any, **kwargs: Any) -> None:
-        self.msg = msg.format(*args, **kwargs) if args or kwargs else msg
+    def __init__(self, form: str, message: Any, domain: Any = None, color: Any = None) -> None:
+        self.form, self.message, self.domain, self.color = form, message, domain, color
 
-    def __enter__(self) -> None:
-        _marker("push", "torch.cuda.nvtx", self.msg)
+    def __enter__(self) -> Any:
+        _marker("push", self.form, self.message, self.domain, self.color)
+        return self if self.form == "nvtx" else None
 
     def __exit__(self, *exc: Any) -> bool:
-        _marker("pop", "torch.cuda.nvtx")
+        _marker("pop", self.form, None, self.domain)
         return False
 
     def __call__(self, function: Callable[..., Any]) -> Callable[..., Any]:
         import functools
 
+        named = self if self.message is not None else _TracedRange(self.form, function.__name__, self.domain, self.color)
+
         @functools.wraps(function)
         def inner(*args: Any, **kwargs: Any) -> Any:
-            with self:
+            with named:
                 return function(*args, **kwargs)
 
         return inner
 
 
-def _kept() -> Callable[[], bool]:
-    """`keeps_markers`, for the substitutes: Dynamo calls it and takes its result as a constant."""
-    from .dynamo import called_while_traced
+def _nvtx_stand_ins() -> dict[Callable[..., Any], Callable[..., Any]]:
+    """What Dynamo traces for each of the nvtx package's markers where it compiles for a backend that keeps
+    them (`dynamo.handle_markers`); empty without the package.
 
-    return called_while_traced(lambda: keeps_markers())
-
-
-def _install_nvtx_package(undo: Undo, kept: Callable[[], bool]) -> None:
-    """nvtx 0.2.17: ``push_range``/``pop_range`` (module functions of ``nvtx.nvtx``, re-exported by
-    ``nvtx``); ``annotate.__init__`` (its ``get_domain`` is an ``lru_cache``, and the attributes
-    are built in Cython: Dynamo breaks the graph), ``__enter__``/``__exit__`` (Cython
-    ``libnvtx_push_range``/``libnvtx_pop_range``); a decorator's wrapper calls those two module
-    globals of ``nvtx.nvtx`` with the annotate's attributes, so they are substituted too, reading
-    the message (``EventAttributes.message.string``), colour and domain (``DomainHandle.name``)."""
+    nvtx 0.2.17: ``push_range``/``pop_range`` (functions of ``nvtx.nvtx``, re-exported by ``nvtx``) and
+    the class ``annotate`` read the domain through ``get_domain`` (an ``lru_cache`` around Cython's
+    ``Domain``: Dynamo breaks the graph there). The wrapper that ``annotate`` makes of a function it
+    decorates (before the compile, at import) calls the Cython ``libnvtx_push_range(attributes,
+    handle)``/``libnvtx_pop_range(handle)`` (globals of ``nvtx.nvtx``, which Dynamo does not trace: a
+    graph break), so those two are handled too, reading the message (``EventAttributes.message.string``),
+    colour and domain (``DomainHandle.name``). An ``annotate`` made outside the compiled code and entered
+    inside it is left as it is: Dynamo enters no context manager made outside (its error, or a graph
+    break), with or without us."""
     try:
-        import nvtx
         import nvtx.nvtx as module
     except ImportError:
-        return
-    import torch
+        return {}
+    return {
+        module.push_range: _traced_push_range,
+        module.pop_range: _traced_pop_range,
+        module.annotate: _traced_annotate,
+        module.libnvtx_push_range: _traced_libnvtx_push_range,
+        module.libnvtx_pop_range: _traced_libnvtx_pop_range,
+    }
 
-    push, pop = module.push_range, module.pop_range
-    lib_push, lib_pop = module.libnvtx_push_range, module.libnvtx_pop_range
-    annotate = module.annotate
-    init, enter, exit_ = annotate.__init__, annotate.__enter__, annotate.__exit__
 
-    def push_range(message: Any = None, color: Any = "blue", domain: Any = None, category: Any = None, payload: Any = None) -> None:
-        if torch.compiler.is_dynamo_compiling() and kept():
-            return _marker("push", "nvtx", message, domain, _color_text(color))
-        return push(message, color, domain, category, payload)
+def _traced_push_range(message: Any = None, color: Any = "blue", domain: Any = None, category: Any = None, payload: Any = None) -> None:
+    """What Dynamo traces for ``nvtx.push_range(...)`` in code it compiles for a backend that keeps markers."""
+    _marker("push", "nvtx", message, domain, _color_text(color))
 
-    def pop_range(domain: Any = None) -> None:
-        if torch.compiler.is_dynamo_compiling() and kept():
-            return _marker("pop", "nvtx", None, domain)
-        return pop(domain)
 
-    _originals.update(nvtx_push=push, nvtx_pop=pop)
+def _traced_pop_range(domain: Any = None) -> None:
+    _marker("pop", "nvtx", None, domain)
 
-    def annotate_init(self: Any, message: Any = None, color: Any = None, domain: Any = None, category: Any = None, payload: Any = None) -> None:
-        if torch.compiler.is_dynamo_compiling() and kept():
-            self.init_args = message, color, domain, category, payload
-            return None
-        return init(self, message, color, domain, category, payload)
 
-    def annotate_enter(self: Any) -> Any:
-        if torch.compiler.is_dynamo_compiling() and kept():
-            message, color, domain = self.init_args[:3]
-            _marker("push", "nvtx", message, domain, _color_text(color))
-            return self
-        return enter(self)
+def _traced_annotate(message: Any = None, color: Any = None, domain: Any = None, category: Any = None, payload: Any = None) -> _TracedRange:
+    """``nvtx.annotate(...)`` there: a context manager and decorator around the marker ops."""
+    return _TracedRange("nvtx", message, domain, _color_text(color))
 
-    def annotate_exit(self: Any, *exc: Any) -> bool:
-        if torch.compiler.is_dynamo_compiling() and kept():
-            _marker("pop", "nvtx", None, self.init_args[2])
-            return False
-        return exit_(self, *exc)
 
-    def libnvtx_push_range(attributes: Any, handle: Any) -> Any:
-        if torch.compiler.is_dynamo_compiling() and kept():
-            message = attributes.message
-            message = getattr(message, "string", message)
-            return _marker("push", "nvtx", message, handle.name or None, _color_text(attributes.color))
-        return lib_push(attributes, handle)
+def _traced_libnvtx_push_range(attributes: Any, handle: Any) -> None:
+    message = attributes.message
+    message = getattr(message, "string", message)
+    _marker("push", "nvtx", message, handle.name or None, _color_text(attributes.color))
 
-    def libnvtx_pop_range(handle: Any) -> Any:
-        if torch.compiler.is_dynamo_compiling() and kept():
-            return _marker("pop", "nvtx", None, handle.name or None)
-        return lib_pop(handle)
 
-    for owner in (nvtx, module):
-        undo.setattr(owner, "push_range", push_range)
-        undo.setattr(owner, "pop_range", pop_range)
-    undo.setattr(module, "libnvtx_push_range", libnvtx_push_range)
-    undo.setattr(module, "libnvtx_pop_range", libnvtx_pop_range)
-    undo.setattr(annotate, "__init__", annotate_init)
-    undo.setattr(annotate, "__enter__", annotate_enter)
-    undo.setattr(annotate, "__exit__", annotate_exit)
+def _traced_libnvtx_pop_range(handle: Any) -> None:
+    _marker("pop", "nvtx", None, handle.name or None)
 
 
 def uninstall() -> None:
     """Put back what `install` changed."""
     installs.put_back(MARKERS)
-
-
-# The functions replaced while installed (the nvtx package's; torch.cuda.nvtx's never are: Dynamo's handlers).
-_NAMES = {"nvtx_push": "nvtx.push_range", "nvtx_pop": "nvtx.pop_range"}
-_LIBRARIES = ("torch", "nvtx", "nvtx_regions", "thunder", "lightning", "transformers", "_")
-
-
-def held_before() -> list[tuple[str, str, str]]:
-    """(module, its global's name, the marker API) of each global of a loaded module, outside
-    torch, nvtx and the like, that names an original of a replaced marker function (``from nvtx
-    import push_range`` before `install`): Dynamo sees the original there."""
-    import sys
-
-    originals = {id(_originals[key]): name for key, name in _NAMES.items() if key in _originals}
-    found = []
-    for name, module in list(sys.modules.items()):
-        if module is None or name.startswith(_LIBRARIES):
-            continue
-        try:
-            values = list(vars(module).items())
-        except TypeError:
-            continue
-        for key, value in values:
-            api = originals.get(id(value))
-            if api is not None:
-                found.append((name, key, api))
-    return found
 
 
 def record_function_lost() -> str | None:

@@ -7,13 +7,15 @@ without it.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 from . import installs
 from .installs import Undo
 
 __all__ = [
-    "around", "handle_torch_markers", "called_while_traced", "marked_outside_dynamo", "on_backward", "profiler_calls_dropped", "recompile_limit_hits",
+    "around", "backward_node", "handle_markers", "called_while_traced", "marked_outside_dynamo", "on_backward", "profiler_calls_dropped",
+    "recompile_limit_hits",
     "run_outside_dynamo", "traced_function", "traced_self", "tracing_for", "whole_frame",
 ]  # fmt: skip
 
@@ -21,7 +23,16 @@ __all__ = [
 def around(compiled: Any, before: Callable[[tuple[Any, ...]], Any] | None, after: Callable[[Any, Any], None]) -> Any:
     """`compiled` (what ``compile_fx`` returned) called with `before(args)` first (unless None) and
     `after(outputs, what before returned)` last (outputs None where the call raised). Dynamo calls it with the graph's inputs as
-    positional arguments (2.11, 2.14: ``compile_fx``'s result boxes them itself)."""
+    positional arguments (2.11, 2.14: ``compile_fx``'s result boxes them itself).
+
+    The function returned calls what `compiled` wraps: ``compile_fx``'s result is a
+    ``torch._dynamo.disable`` wrapper, which sets the eval frame on each call (2.8, 2.11, 2.14.1).
+    Dynamo wraps what a backend returns in its own (``OutputGraph``), and for a plain compile unwraps
+    the inner one (``innermost_fn``), so each call sets it once; and the function returned, marked
+    (`run_outside_dynamo`), runs what it calls outside Dynamo wherever it is called."""
+    from torch._dynamo.eval_frame import innermost_fn
+
+    compiled = innermost_fn(compiled)
     if before is None:
 
         def run_then(*args: Any) -> Any:
@@ -46,15 +57,25 @@ def around(compiled: Any, before: Callable[[tuple[Any, ...]], Any] | None, after
 
 def on_backward(outputs: Any, hook: Callable[[], None]) -> bool:
     """Call `hook` on the thread that runs the backward of this call of a compiled graph, just before
-    its compiled backward runs: a pre-hook of AOTAutograd's node, ``CompiledFunctionBackward``, which
-    the graph's outputs that need a gradient share (2.11, 2.14). False where no output has it
+    its compiled backward runs: a pre-hook of its node (`backward_node`). False where there is none
     (nothing needs a gradient)."""
+    node = backward_node(outputs)
+    if node is None:
+        return False
+    node.register_prehook(run_outside_dynamo(lambda grad_outputs: hook()))
+    return True
+
+
+def backward_node(outputs: Any) -> Any:
+    """The autograd node that runs the compiled backward of this call of a compiled graph (whose
+    `outputs` these are): AOTAutograd's ``CompiledFunctionBackward``, which the graph's outputs that
+    need a gradient share, and which is the current node (`internals.autograd`) while that backward
+    runs (2.8, 2.11, 2.14.1). None where no output has it (nothing needs a gradient)."""
     for output in outputs if isinstance(outputs, (list, tuple)) else (outputs,):
         node = getattr(output, "grad_fn", None)
         if node is not None and node.name() == "CompiledFunctionBackward":
-            node.register_prehook(run_outside_dynamo(lambda grad_outputs: hook()))
-            return True
-    return False
+            return node
+    return None
 
 
 # Per Dynamo logger: (callback, its reader) for each callback its records are read for (one filter
@@ -107,7 +128,6 @@ def recompile_limit_hits(callback: Callable[[str, Any, str], None]) -> None:
 
 
 def _wrap_recompile_limit(undo: Undo) -> None:
-    import functools
     import sys
 
     from torch._dynamo import config, convert_frame
@@ -324,27 +344,34 @@ def tracing_for() -> Any:
     return backend
 
 
-def handle_torch_markers(undo: Undo, traced: dict[Callable[..., Any], Callable[..., Any]], keeps: Callable[[], bool]) -> None:
+def handle_markers(undo: Undo, traced: dict[Any, Callable[..., Any]], keeps: Callable[[], bool]) -> None:
     """Where Dynamo traces for a backend that keeps the user's markers (`keeps()`, asked as it meets one),
-    it traces ``traced[f]`` in place of each in-graph torch function ``f`` (``torch.cuda.nvtx.range_push``,
-    ``range_pop``, ``range``); for any other backend, ``f`` as before, with the same graph break. Nothing
-    of ``torch.cuda.nvtx`` is replaced, so the guards of other code that Dynamo compiled, which check those
-    functions' code objects, stay true: no recompile of theirs.
+    each call in the code it traces of a function or class ``f`` of another library (``torch.cuda.nvtx``'s
+    and the nvtx package's markers) calls ``traced[f]`` instead, with the same arguments; for any other
+    backend, ``f`` as before, with the same graph break. Nothing of those libraries is replaced, so the
+    guards of other code that Dynamo compiled, which check those functions, stay true: no recompile of
+    theirs; and a reference taken before (``from nvtx import push_range``) is traced the same.
 
-    Through the dict of special cases of ``TorchInGraphFunctionVariable`` (``_get_handlers()``, cached:
-    each value is called as ``handler(self, tx, *args, **kwargs)``, and a result of None goes on as if
-    there were none; 2.8, 2.11, 2.14.1), one entry per function, recorded in `undo`; the traced stand-in
-    is built with ``SourcelessBuilder.create``, without a guard."""
+    Through the one place where Dynamo traces a call written in the code (its ``CALL`` instructions):
+    ``InstructionTranslatorBase.call_function(fn, args, kwargs)``, which reads the callee from the
+    variable `fn` as ``fn.fn`` (a Python function) or else ``fn.value`` (a torch function, a class, a
+    Cython function) and calls ``fn.call_function`` (2.8, 2.11, 2.14.1). It is wrapped, recorded in
+    `undo`: it looks the callee up by identity (one dict look-up per call Dynamo traces) and, for one of
+    `traced` while `keeps()`, calls the stand-in's variable, made by ``SourcelessBuilder.create`` (no
+    guard); for every other call it goes on as before. Calls Dynamo makes itself (a ``with``
+    statement's ``__enter__``) are not seen: a stand-in returns its own context manager."""
+    from torch._dynamo.symbolic_convert import InstructionTranslatorBase
     from torch._dynamo.variables.builder import SourcelessBuilder
-    from torch._dynamo.variables.torch import TorchInGraphFunctionVariable
 
-    handlers = TorchInGraphFunctionVariable._get_handlers()
-    for function, stand_in in traced.items():
-        theirs = handlers.get(function)
+    by_id = {id(function): (function, stand_in) for function, stand_in in traced.items()}
+    call = InstructionTranslatorBase.call_function
 
-        def handler(self: Any, tx: Any, *args: Any, _stand_in: Any = stand_in, _theirs: Any = theirs, **kwargs: Any) -> Any:
-            if keeps():
-                return SourcelessBuilder.create(tx, _stand_in).call_function(tx, list(args), kwargs)
-            return None if _theirs is None else _theirs(self, tx, *args, **kwargs)
+    @functools.wraps(call)  # its signature too, which `inductor_reaches` checks
+    def call_function(tx: Any, fn: Any, args: Any, kwargs: Any) -> Any:
+        callee = fn.fn if hasattr(fn, "fn") else getattr(fn, "value", None)  # as Dynamo reads it there
+        found = by_id.get(id(callee))
+        if found is not None and found[0] is callee and keeps():
+            fn = SourcelessBuilder.create(tx, found[1])
+        return call(tx, fn, args, kwargs)
 
-        undo.setitem(handlers, function, handler)
+    undo.setattr(InstructionTranslatorBase, "call_function", call_function)

@@ -166,10 +166,10 @@ REACHES = (
     Reach("torch._dynamo.convert_frame.exceeds_recompile_limit(cache_size, compile_id)",
           "the notice of a function past Dynamo's recompile limit, whatever the user's log level",
           lambda: _takes(_find("torch._dynamo.convert_frame", "exceeds_recompile_limit"), "cache_size", "compile_id")),
-    Reach("torch._dynamo.variables.torch.TorchInGraphFunctionVariable._get_handlers() (a dict), "
+    Reach("torch._dynamo.symbolic_convert.InstructionTranslatorBase.call_function(fn, args, kwargs), "
           "torch._dynamo.variables.builder.SourcelessBuilder.create",
-          "torch.cuda.nvtx markers kept in the compiled code, with no other code's guard broken",
-          lambda: isinstance(_find("torch._dynamo.variables.torch", "TorchInGraphFunctionVariable")._get_handlers(), dict)
+          "the user's markers (torch.cuda.nvtx, nvtx) kept in the compiled code, with no other code's guard broken",
+          lambda: _method("torch._dynamo.symbolic_convert", "InstructionTranslatorBase", "call_function", "fn", "args", "kwargs")
           and callable(getattr(_find("torch._dynamo.variables.builder", "SourcelessBuilder"), "create", None))),
 )  # fmt: skip
 

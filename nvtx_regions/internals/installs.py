@@ -10,9 +10,10 @@ when the last of them is removed or collected (`release`), each change is put ba
 each object by identity, and a handle made after that makes them again as it needs them. (A holder collected while a compiler
 traces leaves the put back to the next call here: `_collected`.)
 
-What is made, and by whom (the substitutes' and wrappers' reasons are in their modules):
-- the marker substitutes in ``torch.cuda.nvtx`` and ``nvtx``, and Dynamo's
-  ``capture_profiler_record_function`` (`compiled_markers.install`, each `NvtxInductor`);
+What is made, and by whom (the stand-ins' and wrappers' reasons are in their modules):
+- Dynamo's stand-ins for the markers of ``torch.cuda.nvtx`` and ``nvtx`` (its wrapped
+  ``InstructionTranslatorBase.call_function``; neither library's functions are replaced), and its ``capture_profiler_record_function`` (`compiled_markers.install`, each
+  `NvtxInductor`);
 - the three wrapped methods of Inductor's code generation (`inductor.install`, each compile);
 - the wrapped ``exceeds_recompile_limit`` of Dynamo (`dynamo.recompile_limit_hits`) and the filter on
   a Dynamo logger (`dynamo.profiler_calls_dropped`), each `NvtxInductor`;

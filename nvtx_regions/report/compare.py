@@ -19,10 +19,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.naming import ANY_DOMAIN
+from ..core.naming import ANY_DOMAIN, range_message, read_range_message
 from ..core.table import text_table
 from .numbers import format_duration, format_ratio
 from .reader import Source, read_file
+from .records import call_times
 
 __all__ = ["CompareRow", "compare", "render_table"]
 
@@ -48,19 +49,27 @@ class CompareRow:
 def compare(a: Source, b: Source, *, domain: Any = ANY_DOMAIN) -> list[CompareRow]:
     """One row per range name found in `a` or `b` (paths of captures or nsys reports, or loaded Chrome traces).
 
-    Rows come in order of first occurrence in `a`, then the names only `b` has,
+    A module call whose range comes in parts (`records.continues`) is one range of its first part's
+    name, as long as its parts together. Rows come in order of first occurrence in `a`, then the names only `b` has,
     in their order there. `domain` keeps only that NVTX domain's ranges on
     both sides (None: NVTX's default domain; the default, `ANY_DOMAIN`: every
     domain). Raises `CaptureFileError` for a file that cannot be read.
     """
     durations: dict[str, tuple[list[int], list[int]]] = {}
     for side, source in enumerate((a, b)):
-        for record in read_file(source, domain=domain).records:
-            durations.setdefault(record.message or "", ([], []))[side].append(record.duration_ns)
+        records = list(read_file(source, domain=domain).records)
+        for index, total in call_times(records, _call_name, [record.duration_ns for record in records]).items():
+            durations.setdefault(_call_name(records[index]), ([], []))[side].append(total)
     return [
         CompareRow(name, len(da), len(db), _median_us(da), _median_us(db))
         for name, (da, db) in durations.items()
     ]
+
+
+def _call_name(record) -> str:
+    """The name of the call `record` is a range of: its message, a later part's (`records.continues`) without ", continued"."""
+    name, phase, continued = read_range_message(record.message or "")
+    return range_message(name, phase) if continued else record.message or ""
 
 
 def _median_us(durations_ns: list[int]) -> float | None:

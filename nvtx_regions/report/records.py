@@ -17,12 +17,13 @@ from dataclasses import dataclass
 
 from ..capture.chrome import RangeRecord
 from ..capture.summary import summarize
-from ..core.naming import BACKWARD_SUFFIX
+from ..core import naming
+from ..core.naming import read_range_message
 from ..core.table import text_table
 from .numbers import format_duration
 from .reader import Ranges
 
-__all__ = ["ModuleRow", "module_range", "module_rows", "render_modules", "render_report"]
+__all__ = ["ModuleRow", "module_range", "continues", "module_rows", "render_modules", "render_report"]
 
 # A module path: names of attributes or of a container's items (a Sequential's ``0``, ``layers.0``).
 _MODULE_PATH = re.compile(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*")
@@ -41,11 +42,38 @@ class ModuleRow:
 def module_range(record: RangeRecord) -> tuple[str, str] | None:
     """(module path, "forward" or "backward") when `record` is a module range (see `module_rows`), else None."""
     message = record.message or ""
-    backward = message.endswith(BACKWARD_SUFFIX)
-    name = message[: -len(BACKWARD_SUFFIX)] if backward else message
+    name, phase, _ = read_range_message(message)
     if not _MODULE_PATH.fullmatch(name) or message == record.category_name:
         return None
-    return name, "backward" if backward else "forward"
+    return name, phase
+
+
+def continues(record: RangeRecord) -> bool:
+    """Whether `record` is a later part of a module call's range (``... (backward, continued)``: the
+    compiler ran other modules' work between the call's own), whose time is the call's."""
+    return naming.continues(record.message or "")
+
+
+def call_times(records: Sequence[RangeRecord], key, durations: Sequence[int | None]) -> dict[int, int | None]:
+    """Per record that is a call's range (`key(record)` not None, not `continues`), by index: its
+    duration in `durations` plus those of the call's later parts (the latest call of the same key in
+    the same process that started before each; a part without one is left out). A part's duration
+    None (no GPU time) adds nothing."""
+    totals: dict[int, int | None] = {}
+    latest: dict[tuple, int] = {}
+    for index in sorted(range(len(records)), key=lambda i: records[i].start_ns):
+        record = records[index]
+        row = key(record)
+        if row is None:
+            continue
+        owner = (row, record.pid, record.domain)
+        if not continues(record):
+            totals[index] = durations[index]
+            latest[owner] = index
+        elif owner in latest and durations[index] is not None:
+            first = latest[owner]
+            totals[first] = durations[index] if totals[first] is None else totals[first] + durations[index]
+    return totals
 
 
 def module_rows(records: Iterable[RangeRecord]) -> list[ModuleRow]:
@@ -53,20 +81,23 @@ def module_rows(records: Iterable[RangeRecord]) -> list[ModuleRow]:
 
     A module range's message is a module path (``transformer.h.0``; ``0``, a
     ``Sequential``'s first item; or the root module's class name), plus ``" (backward)"`` for its backward range,
+    and a call's time is that of its range with its later parts' (`continues`),
     and differs from its NVTX category's name (a region's range is named
     after its label, which is also its category's name).
     """
     found: dict[tuple[str | None, str], tuple[int, list[int], list[int]]] = {}
-    for record in records:
+    records = list(records)
+    totals = call_times(records, module_range, [record.duration_ns for record in records])
+    for index, record in enumerate(records):
         module = module_range(record)
-        if module is None:
+        if module is None or index not in totals:
             continue
         name, backward = module[0], module[1] == "backward"
         key = (record.domain, name)
         first, forward, back = found.get(key) or found.setdefault(key, (record.start_ns, [], []))
         if record.start_ns < first:
             found[key] = (record.start_ns, forward, back)
-        (back if backward else forward).append(record.duration_ns)
+        (back if backward else forward).append(totals[index])
     rows = sorted(found.items(), key=lambda item: item[1][0])
     return [ModuleRow(domain, name, tuple(fwd), tuple(bwd)) for (domain, name), (_, fwd, bwd) in rows]
 

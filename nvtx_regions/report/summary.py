@@ -20,6 +20,10 @@ Step 0 is the compile step; it and the `warmup` steps after it are left
 out; ranges outside every step range are left out too. A run without step
 ranges counts every range, and its notes say so.
 
+A module call whose range comes in parts, where a compiler ran other modules'
+work between the call's own (``o_proj (backward, continued)``, `records.continues`),
+is one call, as long as its parts together.
+
 A range that never ended (``unclosed``: its process crashed or was stopped
 inside it, so its end is only the process's last event) is no call: it is
 left out, and the notes say how many.
@@ -53,7 +57,7 @@ from ..core.naming import rule_category
 from ..core.profiling import step_number
 from ..selection.compile import CompiledSpec, OpRule, RegionRule
 from .reader import Ranges
-from .records import module_range
+from .records import call_times, module_range
 
 __all__ = ["Key", "Timing", "RowKinds", "RankSummary", "summarize", "summarize_ranks", "time_kind", "is_outlier",
            "OUTLIER_RATIO", "OUTLIER_FLOOR_NS", "GPU_TIME", "CPU_TIME", "TORCH_GPU_TIME", "TORCH_CPU_TIME"]  # fmt: skip
@@ -196,9 +200,12 @@ def summarize(
     categories: dict[Key, str | None] = {}
     measured: set[int] = set()
     warm = outside = unclosed = 0
+    # A call's time is its range's and its later parts' (`records.continues`).
+    cpu_calls = call_times(records, rows.key, [None if r.unclosed else r.duration_ns for r in records])
+    gpu_calls = call_times(records, rows.key, gpu) if gpu is not None else {}
     for index, record in enumerate(records):
         key = rows.key(record)
-        if key is None:
+        if key is None or index not in cpu_calls:
             continue
         if record.unclosed:  # its end is only the process's last event: no duration
             unclosed += 1
@@ -215,9 +222,9 @@ def summarize(
                 continue
             measured.add(found[at][2])
             cpu_steps.setdefault(key, []).append(found[at][2])
-        cpu_times.setdefault(key, []).append(record.duration_ns)
-        if gpu is not None and gpu[index] is not None:  # a range that launched no GPU work has no GPU time
-            gpu_times.setdefault(key, []).append(gpu[index])
+        cpu_times.setdefault(key, []).append(cpu_calls[index])
+        if gpu_calls.get(index) is not None:  # a range that launched no GPU work has no GPU time
+            gpu_times.setdefault(key, []).append(gpu_calls[index])
             if steps:
                 gpu_steps.setdefault(key, []).append(found[at][2])
     if unclosed:

@@ -46,7 +46,7 @@ from .domain import SKIPPED, Domain, NvtxCalls, calls_of
 
 __all__ = [
     "Group", "Line", "GeneratedRanges", "leave_open", "forget_left_open", "close_left_open", "set_instance",
-    "pending_instance",
+    "name_backward",
 ]  # fmt: skip
 
 
@@ -101,11 +101,17 @@ class GeneratedRanges:
     ) -> None:
         """`instances`: per instance, the attributes of each range, for code whose every group
         is gated and whose lines read the attributes from the call's gates (see the module doc).
-        `forward`: the code is a forward's, whose calls inside a backward (activation checkpointing
-        recomputing it) get no range, as eager's hooks give none; read where the gates are."""
+        `forward`: the code is an instance-named forward's, whose calls take the instance their
+        caller said (`set_instance`) and, inside a backward (activation checkpointing recomputing
+        it), get no range, as eager's hooks give none; read where the gates are. Other
+        instance-named code is a backward's, whose calls take the instance their autograd node holds
+        (`name_backward`)."""
         self.groups = tuple(groups)
         self.instances = instances
         self._recompute = autograd_internals().graph_task_id if forward else None
+        self._take_instance = _take_instance
+        if instances is not None and not forward:
+            self._take_instance = functools.partial(_backward_instance, autograd_internals().current_node)
         self.lines = tuple(lines)
         self.attributes = tuple(attributes)
         self.attribute_names = tuple(attribute_names)
@@ -117,6 +123,10 @@ class GeneratedRanges:
         self._gated = [n for n, g in enumerate(self.groups) if g.gate is not None or instances is not None]
         self._timed = any(g.gate is not None for g in self.groups)  # whether a gate reads the rank and step
         self._gates: dict[tuple[bool, ...], Any] = {}
+        # Instance-named code no gate times: the gates of each instance (None: unknown) outside a
+        # recompute, kept as `enter` first makes them.
+        self._untimed = instances is not None and not self._timed
+        self._by_instance: dict[str | None, Any] = {}
         self._placed: dict[Any, list[tuple[int, Line]]] = {}  # per code object of the function
         self._namespaces: list[dict[str, Any]] = []  # the generated code's globals (`install`, `guard`)
         self.silenced = False
@@ -153,6 +163,7 @@ class GeneratedRanges:
         """From now on the function emits no range (see the module doc)."""
         self.silenced = True
         self._gates.clear()
+        self._by_instance.clear()
         self.calls = tuple(SKIPPED for _ in self.groups)
         for namespace in self._namespaces:
             for number, group in enumerate(self.groups):
@@ -165,14 +176,21 @@ class GeneratedRanges:
 
     def enter(self) -> Any:
         """The gates of a call starting now: per gated group, nvtx's functions where its gate is
-        open at this rank and step (`clock`), else C no-ops."""
+        open at this rank and step (`clock`) and for this call's instance, else C no-ops."""
+        if self._untimed:  # the common instance-named call: one lookup
+            instance = self._take_instance()
+            if self._recompute is None or self._recompute() == -1:
+                gates = self._by_instance.get(instance)
+                if gates is None:
+                    gates = self._by_instance[instance] = self._gates_of(instance, 0, 0)
+                return gates
+            return self._gates_of(instance, 0, 0)
         step, rank = (current_step(), current_rank()) if self._timed else (0, 0)
-        instance = None
-        if self.instances is not None:
-            instance = getattr(_instance, "name", None)
-            _instance.name = None
-            if instance not in self.instances:
-                instance = None
+        return self._gates_of(self._take_instance() if self.instances is not None else None, rank, step)
+
+    def _gates_of(self, instance: str | None, rank: int, step: int) -> Any:
+        if instance is not None and instance not in self.instances:  # type: ignore[operator]
+            instance = None
         known = not self.silenced and (self.instances is None or instance is not None)
         if known and self._recompute is not None and self._recompute() != -1:
             known = False
@@ -300,15 +318,32 @@ _instance = threading.local()
 
 
 def set_instance(name: str | None) -> None:
-    """Say, on this thread, which module instance the next call of instance-named code runs for
-    (None: not known); that call's `GeneratedRanges.enter` takes it (see the module doc)."""
+    """Say, on this thread, which module instance the next call of instance-named forward code runs
+    for (None: not known); that call's `GeneratedRanges.enter` takes it (see the module doc)."""
     _instance.name = name
 
 
+def _take_instance() -> str | None:
+    found = _instance.__dict__
+    name = found.get("name")
+    found["name"] = None
+    return name
 
-def pending_instance() -> str | None:
-    """The instance `set_instance` said on this thread that no call has taken yet."""
-    return getattr(_instance, "name", None)
+
+_INSTANCE = "nvtx_regions instance"  # the key of an autograd node's metadata: `name_backward`
+
+
+def name_backward(node: Any, name: str | None) -> None:
+    """Say that the backward `node` runs (a compiled call's autograd node) is that of module instance
+    `name`'s call: its instance-named backward code's `GeneratedRanges.enter` reads it from the node
+    running then, the current one (`internals.autograd`). One item of the node's metadata, which
+    costs less than a pre-hook on it (registered per call, called per backward)."""
+    node.metadata[_INSTANCE] = name
+
+
+def _backward_instance(current_node: Callable[[], Any]) -> str | None:
+    node = current_node()
+    return None if node is None else node.metadata.get(_INSTANCE)
 
 
 def leave_open(close: Callable[[], None]) -> None:

@@ -7,13 +7,16 @@ Promises:
 - Regions with the same extent nest in rule order (the first rule outermost);
   module calls of one ``each`` rule with the same extent nest as the module tree.
 - An ``each`` rule gives one region per matching module call, from its first to
-  its last op, even when ops of other calls lie in between.
+  its last op; where the compiler put another module's ops between the call's
+  own, one region per part, each holding the call's ops and no other
+  module's, the later ones named ``... (continued)``
+  (`selectors.call_parts`).
 - NVTX push/pop ranges must nest, within each NVTX domain (NVTX keeps one
   stack per domain: an ``each marker`` range in the user's own domain,
   `PlannedRange.domain`, needs to nest only with the ranges of that domain).
-  Where a range of an ``each`` rule (a module call, or a user's marker)
-  partially overlaps another range, the overlap is thunder's scheduling (it
-  interleaved their ops), not the user's text: that range becomes a
+  Where a range of an ``each`` rule (a module call's part, or a user's marker)
+  partially overlaps another range (a region, a marker), the overlap is the
+  compiler's scheduling, not the user's text: that range becomes a
   start/end range (``style="StartEnd"``, which may overlap; `why` names the
   range it crosses), and so does the other range if it is one of an
   ``each`` rule too. Two regions the user wrote (``between``) that

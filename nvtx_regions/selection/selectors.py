@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .view import Phase, View
-from ..core.bits import anchored_span
+from ..core.bits import anchored_span, bit_positions
 from ..core.calls import ModuleCall, ancestors
 from ..core.errors import SelectorError
 from ..core.globs import name_matcher, path_matcher, source_matcher
@@ -159,7 +159,8 @@ class EachSelector:
         return all(any(test(path if by == "module" else cls) for path, cls in found) for by, test in self.within)
 
     def spans(self, view: View) -> list[CallSpan]:
-        """Each matching call with ops in `view`, in order of its first op (outer first)."""
+        """Each matching call with ops in `view`, in order of its first op (outer first). Where the compiler
+        ran another module's work between ops of the call, one span per part (`call_parts`)."""
         if self.never or (self.phase is not None and self.phase != view.phase):
             return []
         found: dict[ModuleCall, list[int]] = {}
@@ -174,11 +175,58 @@ class EachSelector:
                     entry[3] |= 1 << position
         hoisted = view.parameter_only
         spans = [
-            CallSpan(call, d, *anchored_span(mask, hoisted), mask, range_message(call.name, view.phase))
+            CallSpan(call, d, first, last, positions, range_message(call.name, view.phase, continued=part > 0))
             for call, (d, _, _, mask) in found.items()
+            for part, (first, last, positions) in enumerate(call_parts(call, d, mask, hoisted, view))
         ]
         spans.sort(key=lambda span: (span.first, -span.last, span.depth))
         return spans
+
+
+def call_parts(call: ModuleCall, depth: int, positions: int, hoisted: int, view: View) -> list[tuple[int, int, int]]:
+    """The parts of the range of `call` (at `depth`, its ops `positions`) in `view`: (first, last,
+    positions) each.
+
+    One part, from the call's first op to its last (`core.bits.anchored_span`), unless the compiler put
+    another module's work between them: an op of a module neither the call's own, nor inside it, nor
+    around it, or an op of a module around it that fuses the work of modules beside the call and none
+    of the call's branch (`View.module_parts`: in a gated MLP's backward, its mul fused with the gate's
+    sigmoid backward is no work of `down`; a residual add of block 0 that Inductor recomputes in block
+    1's layer norm kernel is also block 1's, and stays inside block 1's range). Then
+    the range is cut around each such op, so that each part holds the call's work and no sibling's:
+    Inductor runs the weight gradients of the projections that read one input (q, k and v) after all
+    their input gradients, and a range from a projection's first kernel to its last would hold its
+    siblings'. The first part also stands for the call's hoisted ops outside every part."""
+    first, last = anchored_span(positions, hoisted)
+    anchored = positions & ~hoisted or positions
+    chains = view.module_chains
+    mine = (*chains[first][:depth], call)  # the calls around it, then the call
+
+    def cuts(position: int) -> bool:
+        chain = chains[position]
+        if chain is None or call in chain:
+            return False
+        if len(chain) <= depth and chain == mine[: len(chain)]:  # a module around the call
+            parts = view.module_parts[position]
+            return bool(parts) and all(part.path != mine[len(chain)].path for part in parts)
+        return True
+
+    # Only the ops in the range that are not the call's own can cut it: a call's range over a long
+    # graph (the root's) has few.
+    cut = [p for p in bit_positions(span_mask(first, last) & ~anchored & ~hoisted) if cuts(p)]
+    if not cut:
+        return [(first, last, positions)]
+    parts = []
+    for after, before in zip([first - 1, *cut], [*cut, last + 1]):
+        held = anchored & span_mask(after + 1, before - 1) if before - after > 1 else 0
+        if held:
+            start, end = (held & -held).bit_length() - 1, held.bit_length() - 1
+            parts.append((start, end, positions & span_mask(start, end)))
+    covered = 0
+    for _, _, found in parts:
+        covered |= found
+    parts[0] = (parts[0][0], parts[0][1], parts[0][2] | positions & ~covered)
+    return parts
 
 
 def _glob_selector(globs: tuple[str, ...], masks: Callable[[View], dict[str, int]]) -> Selector:

@@ -62,6 +62,9 @@ class View(Protocol):
     def module_chains(self) -> list[Any]: ...  # per op: its module calls, outermost first, or None
 
     @property
+    def module_parts(self) -> list[Any]: ...  # per op: the calls just below its chain whose work it fuses (`calls.parts_below`)
+
+    @property
     def module_classes(self) -> dict[str, str]: ...  # module path -> class name
 
     @property
@@ -105,6 +108,10 @@ class ChainView:
     @functools.cached_property
     def module_chains(self) -> list[Any]:
         return [op.chain for op in self.ops]  # type: ignore[attr-defined]
+
+    @functools.cached_property
+    def module_parts(self) -> list[Any]:
+        return [getattr(op, "parts", ()) for op in self.ops]  # type: ignore[attr-defined]
 
     @property
     def module_classes(self) -> dict[str, str]:

@@ -12,7 +12,11 @@ and then ``with capture() as events:`` (the ``nvtx_capture`` fixture of
 `NvtxEvent` items, `all_ranges` (every range, push/pop and start/end alike:
 what to count), `range_tree`/`start_end_ranges` of `Range` items,
 `flatten` for compact comparisons, and `check_balanced`/`balance_problems`
-(raising `UnbalancedRanges`). `unavailable_reason` says why the tool cannot
+(raising `UnbalancedRanges`). Where a compiler ran other modules' work in
+the middle of a module call's, the call's range comes in parts, the later
+ones named ``... (continued)`` or ``... (backward, continued)``:
+`continues(message)` tells them apart, so that a count of calls, or a
+comparison of names with eager's, leaves them out. `unavailable_reason` says why the tool cannot
 be built here, for a skip. The default domain is ``domain=None``.
 
 Everything else (result types, Chrome traces, summaries, the tool's build)
@@ -32,6 +36,7 @@ from ..capture.events import (
     start_end_ranges,
 )
 from ..capture.inject import attach, capture, capture_subprocess
+from ..core.naming import continues
 
 __all__ = [
     "NvtxEvent",
@@ -43,6 +48,7 @@ __all__ = [
     "capture",
     "capture_subprocess",
     "check_balanced",
+    "continues",
     "flatten",
     "range_tree",
     "start_end_ranges",

@@ -52,6 +52,7 @@ def _ids(owner) -> dict[str, int]:
 def snapshot() -> dict[str, object]:
     """What nvtx_regions may change outside its own objects, each object by identity."""
     from torch._dynamo import callback, convert_frame
+    from torch._dynamo.symbolic_convert import InstructionTranslatorBase
     from torch._dynamo.variables.torch import TorchInGraphFunctionVariable
     from torch._inductor.codegen.cpp import CppScheduling
     from torch._inductor.codegen.wrapper import PythonWrapperCodegen
@@ -64,6 +65,7 @@ def snapshot() -> dict[str, object]:
         "nvtx.nvtx": _ids(sys.modules["nvtx.nvtx"]),
         "nvtx.annotate": _ids(nvtx.annotate),
         "torch._dynamo.convert_frame": _ids(convert_frame),
+        "InstructionTranslatorBase": _ids(InstructionTranslatorBase),
         "Scheduler": _ids(Scheduler),
         "CppScheduling": _ids(CppScheduling),
         "PythonWrapperCodegen": _ids(PythonWrapperCodegen),
