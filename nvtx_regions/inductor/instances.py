@@ -38,8 +38,9 @@ from typing import Any, Sequence
 from ..core.naming import class_name
 from ..internals.dynamo import run_outside_dynamo
 from ..internals.inductor import called_module, graph_module_stacks, model_modules, model_tensors, module_paths
+from .kernels import KernelView, rebase
 
-__all__ = ["FrameRoot", "Models", "frame_root", "same_class", "structure"]
+__all__ = ["FrameRoot", "Models", "frame_root", "instance_views", "same_class", "structure"]
 
 
 class Models:
@@ -209,3 +210,13 @@ def frame_root(gm: Any, example_inputs: Sequence[Any], models: Models) -> FrameR
         root, class_name(cls), candidates,
         why_not=f"the graph takes no parameter or buffer of {root!r} that would say which {class_name(cls)} runs it",
     )  # fmt: skip
+
+
+def instance_views(view: KernelView, frame: FrameRoot) -> list[KernelView]:
+    """`view` as each module instance that runs its graph sees it, ``graph 0 (forward) as blocks.1``
+    (`view` itself where every call runs for one; none where no call can be named)."""
+    if frame.fixed:
+        return [view]
+    if frame.why_not is not None:
+        return []
+    return [rebase(view, frame.root, instance, f"{view.name} as {instance}") for instance in frame.candidates]

@@ -283,7 +283,7 @@ class EveryModel:
             calls = self.all()
             if compiled_anything() or not calls:
                 return
-            self.need(path for path in calls[0].selected if path)  # the model's own call: as `_complete`
+            self.need(path for path in calls[0].selected if path)  # the model's own call: as `Tracker.complete`
             self.first_step_over()  # no graph's backward will end it
             if self.compiles_started:
                 why = ("Dynamo compiled no graph in the model's first call, so it ran without torch.compile "

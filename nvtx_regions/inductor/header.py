@@ -1,20 +1,22 @@
-"""What a generated wrapper's range lines call: the one runtime (`nvtx_regions.runtime`), built
-from the literals in the wrapper's header.
+"""What a generated wrapper's header holds and its range lines call: the graph's `GraphRecord`, and
+the one runtime (`nvtx_regions.runtime`) built from the header's literals.
 
 A wrapper's header reads::
 
-    from nvtx_regions.inductor.runtime import graph_ranges
+    from nvtx_regions.inductor.header import GraphRecord, graph_ranges
     nvtx_regions_ranges = graph_ranges(
         'nvtx_regions',
-        [('blocks.0', 4278190335, 'blocks'), ...],  # per range: message, colour, category 
+        [('blocks.0', 4278190335, 'blocks'), ...],  # per range: message, colour, category
         [('push', 0, 0), ('pop', 0, 0), ...],       # the lines placed in ``call``, in order: kind, range, group
         [None],                                     # per group: its gates, or None
+        graph=GraphRecord(key='nvtx_regions:...', number=0, phase='forward', ...),
     )
     nvtx_regions_ranges.install(globals())  # nvtx_regions_push, nvtx_regions_attr_0, ...
 
 so code that Inductor's cache hands to another process builds the same
-ranges there. Ranges that go to another NVTX domain or sink (the user's own
-markers, `placement`) sit in groups of their own, whose domain and sinks
+ranges there, and hands the same record to its backend (`tracker.graph_loaded`).
+Ranges that go to another NVTX domain or sink (the user's own
+markers, `placer`) sit in groups of their own, whose domain and sinks
 ``targets=`` and ``group_targets=`` name. ``call`` then reads, per range,
 ``nvtx_regions_push(nvtx_regions_attr_0, nvtx_regions_domain)`` ...
 ``nvtx_regions_pop()``, and a range that crosses another (a module call
@@ -28,15 +30,41 @@ a ``try``/``except`` that hands a failed call's traceback to
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 from ..runtime.domain import Domain
 from ..runtime.ranges import GeneratedRanges, Group, Line
 from ..runtime.sinks import NVTX_ONLY
 from ..selection.compile import Gate
-from .loaded import graph_loaded
+from .kernels import KernelView, view_from_literal
+from .tracker import graph_loaded
 
-__all__ = ["graph_ranges", "gate_text", "Names", "NAMES"]
+__all__ = ["GraphRecord", "graph_ranges", "gate_text", "Names", "NAMES"]
+
+
+@dataclass(frozen=True)
+class GraphRecord:
+    """What is known of one graph when its ranges are placed (`placer.Placer`): made then, written
+    into its wrapper's header as code (its ``repr``), and read back from there each time the wrapper
+    loads, compiled now or served by Inductor's cache, in this process or another. Its backend's
+    tracker (`tracker.Tracker.loaded`) builds from it the graph's views and plans, and how a call's
+    module instance is found. Literals only, so that the header is plain Python."""
+
+    key: str  # the backend's cache key: which backend of this process the wrapper reports to
+    number: int  # the graph's number among those torch.compile gave that backend
+    phase: str  # "forward" or "backward"
+    inference: bool  # compiled for inference (no backward graph)
+    root: str | None  # the module its paths start at when it is a submodule's code: its instance is found per call
+    left_out: str | None  # why no call of it can be named (it then gets no range)
+    whole: bool  # the graph is the whole call of `root` (whose range it then holds)
+    view: tuple  # its kernels, as `kernels.view_literal` writes them
+
+    def kernels(self, number: int) -> KernelView:
+        """Its `KernelView`, named as graph `number` (the number this process gives it)."""
+        view = view_from_literal(self.view)
+        view.name = f"graph {number} ({self.phase})"
+        return view
 
 GateText = tuple[tuple[tuple[int, ...] | None, int | None, int | None], ...]
 
@@ -86,7 +114,7 @@ def graph_ranges(
     lines: Sequence[tuple[str, int, int]],
     gates: Sequence[GateText | None],
     *,
-    graph: tuple | None = None,
+    graph: GraphRecord | None = None,
     instances: dict[str, Sequence[str | None]] | None = None,
     on_for: Sequence[Sequence[str] | None] | None = None,
     sinks: tuple[str, ...] = NVTX_ONLY,
@@ -95,7 +123,7 @@ def graph_ranges(
 ) -> GeneratedRanges:
     """The runtime of one wrapper's ranges, from its header's literals (see the module doc).
 
-    `graph`: what the wrapper's backend placed (`NvtxInductor` is told, `backend.graph_loaded`);
+    `graph`: the graph's record, handed to its backend's tracker (`tracker.graph_loaded`);
     `instances`: per module instance the code runs for, each range's message (None: not its range),
     and `on_for`: per group, the instances it is on for (`runtime.ranges`); `sinks`: where the
     ranges go (`runtime.sinks`). `targets`: the domains and sinks of ranges that go elsewhere (the
@@ -125,7 +153,7 @@ def graph_ranges(
         groups, [Line(kind, number, group) for kind, number, group in lines], attributes=attributes,
         attribute_names=[NAMES.attributes(n) for n in range(len(ranges))], started_names=started,
         gates_name=NAMES.gates, global_name=NAMES.ranges, instances=by_instance,
-        forward=by_instance is not None and graph is not None and graph[2] == "forward",
+        forward=by_instance is not None and graph is not None and graph.phase == "forward",
     )  # fmt: skip
     if graph is not None:
         graph_loaded(graph, runtime)

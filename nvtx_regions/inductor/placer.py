@@ -1,4 +1,10 @@
-"""A plan of ranges over a graph's kernels -> the lines a generated wrapper gains.
+"""Compile time: a graph's kernels -> its view, record and plans -> the lines its wrapper gains.
+
+`Placer.place` is what Inductor's wrapper codegen calls for each graph of a
+`NvtxInductor` (`internals.inductor.placing`): it makes the graph's
+`kernels.KernelView` (as each module instance that runs it sees it,
+`inductor.instances`), its `header.GraphRecord`, a plan per view
+(`selection.plan`), and the lines (`placement`).
 
 Promises:
 - In a forward graph the user's own markers (``torch.cuda.nvtx``, ``nvtx``,
@@ -18,9 +24,9 @@ Promises:
 - The lines sit in a ``try``/``except`` that closes what a failed call left
   open (`runtime.ranges`); a graph with gated ranges decides its gates in the
   call's first line.
-- The header builds the ranges from literals (`runtime.graph_ranges`), so the
+- The header builds the ranges from literals (`header.graph_ranges`), so the
   code runs the same wherever Inductor's cache loads it. It also carries the
-  graph's view (`report`), which it hands to its backend when it loads: what a
+  graph's record, which it hands to its backend's tracker when it loads: what a
   rule selected is then known, and said, alike on a compile and on a cache hit.
   A graph with no range gets that header alone.
 - Code run for several module instances (`instances`: per instance, each
@@ -30,6 +36,7 @@ Promises:
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -39,11 +46,49 @@ from ..internals.inductor import Placement
 from ..selection.compile import CompiledSpec, Gate
 from ..selection.markers import marker_spans
 from ..runtime.sinks import NVTX_ONLY, marker_sink, sinks_named
-from ..selection.plan import Plan, PlannedRange
-from .kernels import KernelView
-from .runtime import NAMES, gate_text
+from ..selection.plan import Plan, PlannedRange, make_plan
+from .header import NAMES, GraphRecord, gate_text
+from .instances import FrameRoot, Models, instance_views
+from .kernels import KernelView, inside_call, kernel_view, view_literal
 
-__all__ = ["placement"]
+__all__ = ["Placer", "placement"]
+
+
+class Placer:
+    """One backend's compile-time half (see the module doc): `spec`, `domain` and `sinks` are the
+    backend's, `key` its cache key (the records name it), and `models` the models it was given, whose
+    module paths name the ranges (None: paths start at each graph's frame)."""
+
+    def __init__(self, spec: CompiledSpec, domain: str | None, sinks: tuple[str, ...], key: str, models: Models | None) -> None:
+        self.spec, self.domain, self.sinks, self.key, self.models = spec, domain, sinks, key, models
+        self._calls: dict[tuple[str, str], int] = {}  # (Dynamo's module call key, its path there) -> call number
+        self._graphs = itertools.count()
+
+    def number_next(self) -> int:
+        """A number for the next graph torch.compile gives the backend (0, 1, ...; thread-safe)."""
+        return next(self._graphs)
+
+    def place(
+        self, number: int, phase: str, kernels: list[Any], inference: bool, frame: FrameRoot | None, whole: bool
+    ) -> Placement:
+        """The lines graph `number`'s wrapper gains: its ranges, and a header that hands its record
+        to the backend as it loads. `frame`: the module its paths start at (None: the model);
+        `whole`: the graph is the whole call of `frame`'s root, whose range it then holds too."""
+        paths = None if self.models is None else self.models.paths
+        view = kernel_view(kernels, phase, f"graph {number} ({phase})", self._calls, paths)  # type: ignore[arg-type]
+        root = None if frame is None or frame.why_not is not None else frame.root
+        if whole and frame is not None:
+            view = inside_call(view, frame.root, frame.cls)
+        left_out = frame.why_not if frame is not None else None
+        record = GraphRecord(self.key, number, phase, inference, root, left_out, whole, view_literal(view))
+        if left_out is not None:
+            return placement(Plan(phase, view.name, (), ()), view, self.spec, self.domain, record=record, sinks=self.sinks)  # type: ignore[arg-type]
+        views = [view] if frame is None else instance_views(view, frame)
+        plans = [make_plan(self.spec, v, self.domain) for v in views]
+        instances = None
+        if frame is not None and not frame.fixed:
+            instances = {instance: (p, v) for instance, v, p in zip(frame.candidates, views, plans)}
+        return placement(plans[0], views[0], self.spec, self.domain, record=record, instances=instances, sinks=self.sinks)
 
 
 def _message(planned: PlannedRange, view: KernelView) -> str:
@@ -128,12 +173,12 @@ def placement(
     spec: CompiledSpec,
     domain: str | None,
     *,
-    report: tuple,
+    record: GraphRecord,
     instances: dict[str, tuple[Plan, KernelView]] | None = None,
     sinks: tuple[str, ...] = NVTX_ONLY,
 ) -> Placement:
     """The lines that put `plan`'s ranges into the wrapper of `view`'s graph, and the header that
-    hands `report` to the backend when the wrapper loads (see the module doc). For code that runs
+    hands `record` to the backend when the wrapper loads (see the module doc). For code that runs
     for several module instances, `instances` gives each one's plan and view instead: instances whose
     plans differ only in their names share lines; each other set of ranges gets lines of its own.
     `sinks`: where the ranges go (`runtime.sinks`); the header names them unless NVTX alone.
@@ -151,8 +196,8 @@ def placement(
     placed = [_ranges(its_plan, its_view, spec, domain, sinks) for its_plan, its_view, _ in sets]
     if not any(placed):
         header = [
-            "from nvtx_regions.inductor.runtime import graph_ranges",
-            f"{NAMES.ranges} = graph_ranges({domain!r}, [], [], [], graph={report!r})",  # no range: no sink
+            "from nvtx_regions.inductor.header import GraphRecord, graph_ranges",
+            f"{NAMES.ranges} = graph_ranges({domain!r}, [], [], [], graph={record!r})",  # no range: no sink
         ]
         return Placement({}, {}, header, prelude=[], guard=NAMES.ranges, error=NAMES.error)
     by_instance = instances is not None
@@ -207,7 +252,7 @@ def placement(
     # A local of the call: a gate is decided per call, and no thread sees another's choice.
     prelude = [f"{NAMES.gates} = {NAMES.ranges}.enter()  # the gates of this call"] if any(gates) or by_instance else []
     header = [
-        "from nvtx_regions.inductor.runtime import graph_ranges",
+        "from nvtx_regions.inductor.header import GraphRecord, graph_ranges",
         f"{NAMES.ranges} = graph_ranges(",
         f"    {domain!r},",
         "    [",
@@ -215,7 +260,7 @@ def placement(
         "    ],",
         f"    {lines!r},",
         f"    {gates!r},",
-        f"    graph={report!r},",
+        f"    graph={record!r},",
         *([f"    instances={messages!r},", f"    on_for={on_for!r},"] if by_instance else []),
         *sinks_line,
         *targets_lines,
