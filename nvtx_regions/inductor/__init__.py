@@ -18,6 +18,24 @@ The modules, in the order a range travels from the spec to a push in the generat
 8. `dynamo_events`: what Dynamo decides that costs ranges (the recompile limit), said.
 9. `explain`: what each rule selected, graph by graph.
 
+Process-wide state: a backend's own state is in its placer and tracker. What outlives one backend, or
+is shared by several, is in these module globals alone (a test keeps this list whole), each held
+weakly where it holds a backend, a model or a wrapper, so that none keeps what the user dropped:
+
+- `tracker._backends`: per cache key, the backend a loaded wrapper reports to (weak values);
+- `tracker._alive`: every backend alive, for `release` to find another of the same key (weak);
+- `tracker._ranges`: per key, the runtimes of its loaded wrappers, silenced by the key's last
+  `remove()` (weak);
+- `tracker._compiling`: per thread, the backend compiling and its graph's number (while it compiles);
+- `outside._shared`: per key, the one `EveryModel` its backends share (weak values);
+- `outside._installed`: per model, the hooks on it (weak keys: the model);
+- `first_step._whole_in`: per model, the forwards Dynamo compiled whole (weak keys: the model);
+- `dynamo_events._ours`: per function Dynamo compiled for a backend, those backends (weak);
+- `dynamo_events._limits_said`: the functions whose recompile limit was said (names: once a process).
+
+What the wing changes outside its own objects (Inductor's code generation, Dynamo's config) is
+`internals.installs`'s, put back by the last live handle's ``remove()``.
+
 Imports `core`, `internals`, `language`, `selection` and `emission`; torch's Inductor is imported
 when a backend is made, which checks that it has what placing ranges reaches into
 (`UnsupportedTorchError` if not; `TESTED_TORCH`: the releases checked).
