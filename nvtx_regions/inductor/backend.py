@@ -159,12 +159,9 @@ class NvtxInductor(SpecHandle):
         # by the backends of this key (a backend per layer).
         self.outside = EveryModel.of(self.cache_key, self, self.compiled, domain, self.sinks)
         # Neither holds the backend: it goes, with what it installed, when the user drops it.
-        named = model is not None
-        self.placer = Placer(self.compiled, self.domain_name, self.sinks, self.cache_key, self._models if named else None)
-        self.tracker = Tracker(
-            self.compiled, self.domain_name, self.tally, self.strict, self.outside, self._models, self.notices,
-            named_from_model=named,
-        )  # fmt: skip
+        models = None if model is None else self._models  # none: paths start at each graph's frame
+        self.placer = Placer(self.compiled, self.domain_name, self.sinks, self.cache_key, models)
+        self.tracker = Tracker(self.compiled, self.domain_name, self.tally, self.strict, self.outside, models, self.notices)
         tracker.register(self.cache_key, self)
         if model is not None:
             self.adopt(model)

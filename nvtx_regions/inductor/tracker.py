@@ -141,15 +141,14 @@ class Tracker:
 
     `compiled`, `domain_name`, `tally` and `strict` are the backend's (`runtime.handle.SpecHandle`),
     `outside` its hooks for calls outside its graphs, `models` the models it was given, whose module
-    paths name the ranges when `named_from_model`, and `notices` its warnings."""
+    paths name the ranges (None: it was given no ``model=``), and `notices` its warnings."""
 
     def __init__(
         self, compiled: CompiledSpec, domain_name: str | None, tally: RuleTally, strict: bool, outside: EveryModel,
-        models: Models, notices: Notices, *, named_from_model: bool,
+        models: Models | None, notices: Notices,
     ) -> None:  # fmt: skip
         self.compiled, self.domain_name, self.tally, self.strict = compiled, domain_name, tally, strict
         self.outside, self.models, self.notices = outside, models, notices
-        self._named_from_model = named_from_model
         self.graphs: list[PlacedGraph] = []
         self.unreported = False  # a graph loaded since the rules' selections were last said
         self._carried: dict[int, tuple] = {}  # per graph number: the user's markers its Dynamo graph carried
@@ -167,7 +166,7 @@ class Tracker:
         count what each rule selected in it, and say what was left out (see the module doc)."""
         view = record.kernels(number)
         frame = None
-        model = self.models.any()
+        model = None if self.models is None else self.models.any()
         if record.root is not None and model is not None:
             modules = dict(internals.model_modules(model))
             candidates = same_class(modules, record.root)
@@ -178,7 +177,7 @@ class Tracker:
         if record.left_out is not None:
             views = []
             self.notices.say(f"left out:{record.left_out}", left_out_message(record.root, view, record.left_out))
-        if frame is not None and self._named_from_model:
+        if frame is not None:
             # The root's calls span the graph break (unless its graph is its whole call), and so do the
             # calls of every module above it.
             whole = record.whole
@@ -261,7 +260,7 @@ class Tracker:
     def _report(self) -> None:
         # At run time (`after`), outside Dynamo's compile, which would wrap a SelectorError in its own.
         where = "the graphs compiled so far"
-        if not self._named_from_model and any(placed.view.classes for placed in self.graphs):  # a module's part compiled
+        if self.models is None and any(placed.view.classes for placed in self.graphs):  # a module's part compiled
             where += (" (this NvtxInductor was given no model=, so module paths start at the module each graph "
                       "compiles; NvtxInductor(spec, model=model) names them from the whole model)")  # fmt: skip
         self.tally.report(strict=self.strict, where=where, once=True, stacklevel=3)
