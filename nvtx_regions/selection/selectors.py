@@ -220,7 +220,7 @@ def call_parts(call: ModuleCall, depth: int, positions: int, hoisted: int, view:
     for after, before in zip([first - 1, *cut], [*cut, last + 1]):
         held = anchored & span_mask(after + 1, before - 1) if before - after > 1 else 0
         if held:
-            start, end = (held & -held).bit_length() - 1, held.bit_length() - 1
+            start, end = anchored_span(held, 0)  # its first and last op
             parts.append((start, end, positions & span_mask(start, end)))
     covered = 0
     for _, _, found in parts:
