@@ -17,21 +17,9 @@ The modules, in the order a range travels from the spec to a push in the generat
    their ranges from hooks.
 8. `dynamo_events`: what Dynamo decides that costs ranges (the recompile limit), said.
 9. `explain`: what each rule selected, graph by graph.
-
-Process-wide state: a backend's own state is in its placer and tracker. What outlives one backend, or
-is shared by several, is in these module globals alone (a test keeps this list whole), each held
-weakly where it holds a backend, a model or a wrapper, so that none keeps what the user dropped:
-
-- `tracker._backends`: per cache key, the backend a loaded wrapper reports to (weak values);
-- `tracker._alive`: every backend alive, for `release` to find another of the same key (weak);
-- `tracker._ranges`: per key, the runtimes of its loaded wrappers, silenced by the key's last
-  `remove()` (weak);
-- `tracker._compiling`: per thread, the backend compiling and its graph's number (while it compiles);
-- `outside._shared`: per key, the one `EveryModel` its backends share (weak values);
-- `outside._installed`: per model, the hooks on it (weak keys: the model);
-- `first_step._whole_in`: per model, the forwards Dynamo compiled whole (weak keys: the model);
-- `dynamo_events._ours`: per function Dynamo compiled for a backend, those backends (weak);
-- `dynamo_events._limits_said`: the functions whose recompile limit was said (names: once a process).
+10. `state`: the wing's process-wide state, all of it (what outlives one backend or is shared by
+    several; a backend's own state is in its placer and tracker), each entry held weakly where it
+    holds a backend, a model or a wrapper.
 
 What the wing changes outside its own objects (Inductor's code generation, Dynamo's config) is
 `internals.installs`'s, put back by the last live handle's ``remove()``.

@@ -14,12 +14,9 @@ from typing import Any
 from ..core.errors import NvtxRegionsWarning
 from ..internals import compiled_markers, dynamo
 from ..internals.frames import outside_package
+from . import state
 
 __all__ = ["watch", "compiled_for_us"]
-
-_limits_said: set[str] = set()
-# The functions Dynamo compiled for an NvtxInductor, as Dynamo names them, and the backends it compiled each for.
-_ours: dict[str, weakref.WeakSet[Any]] = {}
 
 
 def compiled_for_us(backend: Any) -> None:
@@ -28,7 +25,7 @@ def compiled_for_us(backend: Any) -> None:
     backends compiled it."""
     function = dynamo.traced_function()
     if function is not None:
-        _ours.setdefault(function, weakref.WeakSet()).add(backend)
+        state.compiled_for.setdefault(function, weakref.WeakSet()).add(backend)
 
 
 def watch() -> None:
@@ -58,14 +55,14 @@ def _recompile_limit_hit(limit: str, value: Any, function: str) -> None:
     `NvtxInductor` exists): where it compiled that function for an `NvtxInductor`, say so once per
     function, since its calls now run uncompiled, without the ranges of its graphs. Other code's
     recompiles are not ours to speak of."""
-    if function in _limits_said or function not in _ours:
+    if function in state.limits_said or function not in state.compiled_for:
         return
-    _limits_said.add(function)
+    state.limits_said.add(function)
     said = (
         f"Dynamo hit torch._dynamo.config.{limit} ({value}) for {function}: from now on it runs without "
         "torch.compile, so its calls get no NVTX range from NvtxInductor. "
     )
-    backends = len(_ours[function])
+    backends = len(state.compiled_for[function])
     if backends > 1:  # each new backend object fails Dynamo's BACKEND_MATCH guard: a recompile of ours
         said += (
             f"The recompiles are ours: Dynamo compiled it for {backends} different NvtxInductor objects, and a new "

@@ -23,19 +23,13 @@ Promises:
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 from ..runtime.hook_ranges import CALL
 from ..runtime.module_ranges import NOW, WAIT, WHOLE
+from . import state
 
 __all__ = ["FirstStep"]
-
-# Per model: the forward functions of its modules Dynamo compiled whole, to their return, for any of
-# its backends (the hooks of one backend's first step run around a layer another compiled: a backend per
-# layer); not another model's, which Dynamo may run otherwise.
-_whole_in: "weakref.WeakKeyDictionary[Any, set[Any]]" = weakref.WeakKeyDictionary()
-
 
 def _forward_of(module: Any) -> Any:
     forward = module.forward
@@ -54,7 +48,7 @@ class FirstStep:
     def add(self, model: Any) -> None:
         """A model of the backend: the first one's forwards compiled whole are the backend's."""
         if self.whole is None:
-            self.whole = _whole_in.setdefault(model, set())
+            self.whole = state.whole_forwards.setdefault(model, set())
 
     def decide(self, module: Any) -> int:
         """What the pre-hook of `module`'s call, in the compile step, does with its ranges."""

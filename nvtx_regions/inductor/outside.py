@@ -55,11 +55,9 @@ from ..runtime.module_ranges import DECIDE, FLUSH, HookTarget, ModuleRanges, hoo
 from ..selection.compile import CompiledSpec, EachRule
 from ..selection.plan import make_plan
 from .first_step import FirstStep
+from . import state
 
 __all__ = ["OutsideCalls", "EveryModel", "above"]
-
-_installed: "weakref.WeakKeyDictionary[Any, OutsideCalls]" = weakref.WeakKeyDictionary()
-
 
 def _each_range(planned: Any, rule: Any) -> bool:
     """The planned ranges that hooks give: an ``each module``/``each class`` rule's."""
@@ -84,10 +82,10 @@ class OutsideCalls:
         self._for_first_step: set[int] = set()  # those of them that carry them for the first step only
         self._in_first_step = False
         self._on = True  # False while Dynamo compiles, during the first step
-        previous = _installed.get(model)
+        previous = state.hooked.get(model)
         if previous is not None:
             previous.remove()
-        _installed[model] = self
+        state.hooked[model] = self
 
     def need(self, paths: Any) -> None:
         """Put the hooks on the modules of `paths` that the spec gives a range and that have none yet,
@@ -157,11 +155,6 @@ class OutsideCalls:
         self.front.forget(key)
 
 
-# The `EveryModel` of each backend key (`NvtxInductor.cache_key`: its spec, domain, sinks and model
-# structure), while a backend of that key lives.
-_shared: "weakref.WeakValueDictionary[str, EveryModel]" = weakref.WeakValueDictionary()
-
-
 class EveryModel:
     """The `OutsideCalls` of every model the backends of one key compile (each model held weakly, its
     hooks going with it), and the paths whose calls need hooks in all of them: a model added later
@@ -172,9 +165,9 @@ class EveryModel:
     @classmethod
     def of(cls, key: str, backend: Any, compiled: CompiledSpec, domain: str | None, sinks: tuple[str, ...]) -> EveryModel:
         """The `EveryModel` of the backends of `key`, `backend` among them."""
-        found = _shared.get(key)
+        found = state.every_model.get(key)
         if found is None or found.removed:
-            found = _shared[key] = cls(compiled, domain, sinks)
+            found = state.every_model[key] = cls(compiled, domain, sinks)
         found._backends.add(backend)
         return found
 

@@ -41,6 +41,7 @@ from .check import left_out_message
 from .instances import FrameRoot, Models, instance_views, same_class
 from .kernels import KernelView
 from .outside import EveryModel, above
+from . import state
 
 if TYPE_CHECKING:
     from ..selection.unselected import RuleTally
@@ -48,24 +49,19 @@ if TYPE_CHECKING:
 
 __all__ = ["Notices", "PlacedGraph", "Tracker", "register", "compiling_as", "current_number", "graph_loaded", "release"]
 
-_backends: "weakref.WeakValueDictionary[str, Any]" = weakref.WeakValueDictionary()
-_alive: "weakref.WeakSet[Any]" = weakref.WeakSet()  # every backend registered, while it lives
-_ranges: "dict[str, weakref.WeakSet[Any]]" = {}  # per key: the runtimes of its loaded wrappers
-_compiling = threading.local()
-
 
 def register(key: str, backend: Any) -> None:
     """`backend` (with a ``tracker``) is told of the wrappers whose record names `key`."""
-    _backends[key] = backend
-    _alive.add(backend)
+    state.backends[key] = backend
+    state.alive.add(backend)
 
 
 def graph_loaded(record: GraphRecord, ranges: Any) -> None:
     """Tell the backend of `record` (by its key) that its wrapper loaded, with `ranges`, its runtime
     (`runtime.ranges.GeneratedRanges`)."""
-    _ranges.setdefault(record.key, weakref.WeakSet()).add(ranges)
-    current = getattr(_compiling, "backend", None)
-    backend = current if current is not None and current.cache_key == record.key else _backends.get(record.key)
+    state.loaded_ranges.setdefault(record.key, weakref.WeakSet()).add(ranges)
+    current = getattr(state.compiling, "backend", None)
+    backend = current if current is not None and current.cache_key == record.key else state.backends.get(record.key)
     if backend is not None:
         backend.tracker.loaded(record, current_number(backend, record.number))
 
@@ -73,20 +69,20 @@ def graph_loaded(record: GraphRecord, ranges: Any) -> None:
 def release(backend: Any) -> None:
     """`backend` is removed: unless another backend alive and not removed has its key, the wrappers
     loaded for that key emit no range from now on (`GeneratedRanges.silence`)."""
-    _alive.discard(backend)
-    if _backends.get(backend.cache_key) is backend:
-        del _backends[backend.cache_key]
-    others = [b for b in _alive if b.cache_key == backend.cache_key]
+    state.alive.discard(backend)
+    if state.backends.get(backend.cache_key) is backend:
+        del state.backends[backend.cache_key]
+    others = [b for b in state.alive if b.cache_key == backend.cache_key]
     if others:
-        _backends[backend.cache_key] = others[-1]
+        state.backends[backend.cache_key] = others[-1]
         return
-    for ranges in list(_ranges.pop(backend.cache_key, ())):
+    for ranges in list(state.loaded_ranges.pop(backend.cache_key, ())):
         ranges.silence()
 
 
 def current_number(backend: Any, default: int) -> int:
     """The number of the graph `backend` is compiling on this thread, or `default`."""
-    return _compiling.number if getattr(_compiling, "backend", None) is backend else default
+    return state.compiling.number if getattr(state.compiling, "backend", None) is backend else default
 
 
 class compiling_as:
@@ -96,11 +92,11 @@ class compiling_as:
         self.backend, self.number = backend, number
 
     def __enter__(self) -> None:
-        self.saved = (getattr(_compiling, "backend", None), getattr(_compiling, "number", None))
-        _compiling.backend, _compiling.number = self.backend, self.number
+        self.saved = (getattr(state.compiling, "backend", None), getattr(state.compiling, "number", None))
+        state.compiling.backend, state.compiling.number = self.backend, self.number
 
     def __exit__(self, *exc: Any) -> None:
-        _compiling.backend, _compiling.number = self.saved
+        state.compiling.backend, state.compiling.number = self.saved
 
 
 @dataclass(frozen=True)
