@@ -201,45 +201,73 @@ def test_the_recompile_limit_is_heard_whatever_the_log_level_and_names_the_users
     hasattr(torch._dynamo.config, "capture_profiler_record_function"),
     reason="this torch keeps record_function in compiled code (NvtxInductor turns the option on)",
 )
-def test_dynamo_dropping_a_record_function_is_heard():
-    # What NvtxInductor's warning on a torch that cannot keep record_function (2.8) rests on: Dynamo's
-    # own log of the drop. A fresh process: Dynamo logs it once per process.
+def test_dynamo_dropping_a_record_function_is_heard_whatever_the_users_logging():
+    # What 2.8's Dynamo does with a record_function in code it compiles: it drops it, and says so only in
+    # its log. Ours is said where Dynamo traces it, so the user's logging cannot silence it: the log
+    # level at ERROR (quiet notebooks) and every existing logger disabled, as logging.config does (HTA
+    # does at import). A plain compile of the same code gets nothing of ours.
     code = (
-        "import torch\n"
-        "from nvtx_regions.internals import dynamo\n"
-        "heard = []\n"
-        "dynamo.profiler_calls_dropped(heard.append)\n"
+        "import json, logging, logging.config, warnings, torch\n"
+        "import torch._dynamo\n"
+        "from nvtx_regions.inductor import NvtxInductor\n"
+        "torch._logging.set_logs(dynamo=logging.ERROR)\n"
+        "logging.config.dictConfig({'version': 1})\n"
         "def f(x):\n"
         "    with torch.profiler.record_function('mine'):\n"
         "        return x.sin()\n"
-        "torch.compile(f, backend='eager')(torch.randn(2))\n"
-        "print(heard)\n"
+        "with warnings.catch_warnings(record=True) as seen:\n"
+        "    warnings.simplefilter('always')\n"
+        "    torch.compile(f, backend='eager')(torch.randn(2))\n"
+        "    plain = len(seen)\n"
+        "    torch._dynamo.reset()\n"
+        "    torch.compile(f, backend=NvtxInductor('each class <Linear>'))(torch.randn(2))\n"
+        "print(json.dumps([[str(w.message) for w in seen[:plain]], [str(w.message) for w in seen[plain:]]]))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
-    (heard,) = eval(done.stdout.strip().splitlines()[-1])
-    assert heard.endswith("record_function"), heard
+    plain, ours = json.loads(done.stdout.strip().splitlines()[-1])
+    assert not [m for m in plain if "record_function" in m], plain
+    dropped = [m for m in ours if "the ranges of torch.autograd.profiler.record_function" in m]
+    assert len(dropped) == 1 and "capture_profiler_record_function" in dropped[0], ours
 
 
-def test_a_torch_that_drops_record_function_is_told_when_one_is_dropped_not_before(monkeypatch):
+def test_a_torch_that_drops_record_function_is_told_when_one_is_traced_for_us_not_before(monkeypatch):
     # On every torch, what 2.8 does: no warning at construction (every 2.8 user got one, 2.8's tests
-    # failed), one when Dynamo logs that it dropped a record_function (as 2.8's Dynamo logs it).
+    # failed), none where Dynamo traces a record_function for another backend, one where it traces one
+    # for ours (once a process), whatever the log level.
     import logging
 
-    from nvtx_regions.inductor import NvtxInductor
+    from nvtx_regions.inductor import NvtxInductor, state
     from nvtx_regions.internals import compiled_markers
 
+    def f(x):
+        with torch.profiler.record_function("mine"):
+            return x.sin()
+
+    def g(x):
+        with torch.autograd.profiler.record_function("also mine"):
+            return x.cos()
+
     monkeypatch.setattr(compiled_markers, "record_function_lost", lambda: "torch 2.8 has no such option")
-    with warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter("always")
-        backend = NvtxInductor("each class <Linear>")  # alive: it holds the log's listener (internals.installs)
-        said_before = [str(w.message) for w in seen if issubclass(w.category, NvtxRegionsWarning)]
-        dynamo_log = logging.getLogger("torch._dynamo.variables.torch")
-        dynamo_log.warning("Profiler function %s will be ignored", torch.profiler.profile)  # not a marker
-        dynamo_log.warning("Profiler function %s will be ignored", torch.profiler.record_function)
-    assert said_before == []
+    monkeypatch.setattr(state, "drops_said", set())
+    torch._dynamo.reset()
+    torch._logging.set_logs(dynamo=logging.ERROR)
+    try:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            backend = NvtxInductor("each class <Linear>")  # alive: it holds the listener (internals.installs)
+            said_before = [str(w.message) for w in seen if issubclass(w.category, NvtxRegionsWarning)]
+            torch.compile(f, backend="eager")(torch.randn(2))
+            said_for_others = [str(w.message) for w in seen if issubclass(w.category, NvtxRegionsWarning)]
+            torch._dynamo.reset()
+            torch.compile(f, backend=backend)(torch.randn(2))
+            torch.compile(g, backend=backend)(torch.randn(2))
+    finally:
+        torch._logging.set_logs()
+        torch._dynamo.reset()
+    assert said_before == [] and said_for_others == []
     ours = [str(w.message) for w in seen if issubclass(w.category, NvtxRegionsWarning)]
-    assert len(ours) == 1 and ours[0].startswith("torch 2.8 has no such option: the ranges of ") and "record_function" in ours[0], ours
+    assert len(ours) == 1 and ours[0].startswith("torch 2.8 has no such option: the ranges of torch.autograd.profiler.record_function"), ours
     backend.remove()
 
 

@@ -1,8 +1,8 @@
 """What Dynamo decides on its own that costs a model its ranges, said as `NvtxRegionsWarning`s: a
 function past a recompile limit (it runs uncompiled from then on), and a ``record_function`` dropped
-from compiled code on a torch that cannot keep it (2.8). Dynamo says either only in its log; the first
-is heard where Dynamo decides it, whatever the user's log level (`internals.dynamo`). Without these,
-the ranges would be gone and nothing would say so.
+from compiled code on a torch that cannot keep it (2.8). Dynamo says either only in its log; both are
+heard where Dynamo decides them, whatever the user's log levels and handlers (`internals.dynamo`,
+`internals.compiled_markers`). Without these, the ranges would be gone and nothing would say so.
 """
 
 from __future__ import annotations
@@ -31,16 +31,15 @@ def compiled_for_us(backend: Any) -> None:
 def watch() -> None:
     """Listen from now on (each `NvtxInductor` calls it; listening once is enough)."""
     dynamo.recompile_limit_hits(_recompile_limit_hit)
-    if compiled_markers.record_function_lost() is not None:
-        dynamo.profiler_calls_dropped(_record_function_dropped)
+    compiled_markers.record_function_drops(_record_function_dropped)
 
 
 def _record_function_dropped(function: str) -> None:
-    """Dynamo dropped a ``record_function`` from code it compiled (`internals.dynamo.
-    profiler_calls_dropped`, watched once an `NvtxInductor` exists on a torch that cannot keep them):
-    say so, once per process (Dynamo itself logs it once)."""
-    if "record_function" not in function:  # torch.profiler.profile, dropped alike, is no marker
+    """Dynamo dropped a ``record_function`` from code it compiled for an `NvtxInductor`, on a torch that
+    cannot keep them (`internals.compiled_markers.record_function_drops`): say so, once per process."""
+    if function in state.drops_said:
         return
+    state.drops_said.add(function)
     warnings.warn(
         f"{compiled_markers.record_function_lost()}: the ranges of {function} in the code torch.compile "
         "compiles are gone. Use torch.cuda.nvtx.range or nvtx.annotate there (NvtxInductor carries them into "

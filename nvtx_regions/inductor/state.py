@@ -18,6 +18,8 @@ backend, a model or a wrapper, so that none keeps what the user dropped:
 - `compiled_for`: per function Dynamo compiled for an `NvtxInductor`, as Dynamo names it, the
   backends it compiled it for (weak; `dynamo_events`);
 - `limits_said`: the functions whose recompile limit was said (names: once a process; `dynamo_events`).
+- `drops_said`: the profiler functions whose drop from compiled code was said (names: once a process;
+  `dynamo_events`).
 
 What the wing changes outside its own objects (Inductor's code generation, Dynamo's config) is
 `internals.installs`'s, put back by the last live handle's ``remove()``.
@@ -38,3 +40,4 @@ hooked: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
 whole_forwards: "weakref.WeakKeyDictionary[Any, set[Any]]" = weakref.WeakKeyDictionary()
 compiled_for: "dict[str, weakref.WeakSet[Any]]" = {}
 limits_said: set[str] = set()
+drops_said: set[str] = set()

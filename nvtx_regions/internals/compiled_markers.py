@@ -28,7 +28,8 @@ capture_profiler_record_function`` is on (2.11, 2.14), which records
 _RecordFunction(handle)`` nodes. `install` sets it to a value that is true only while Dynamo traces
 for a backend that keeps the user's markers (Dynamo reads it as ``if config.capture_...:`` while it
 traces, 2.11 and 2.14), so other models' graphs stay as they were; on a torch without it,
-`record_function_lost` says so.
+`record_function_lost` says so, and `record_function_drops` tells where Dynamo meets one as it traces for
+such a backend (`dynamo.handle_markers`), whatever the user's logging.
 
 What the backend does with the marker nodes: `marker_nodes`.
 """
@@ -41,7 +42,7 @@ from . import installs
 from .installs import Undo
 from .dynamo import handle_markers
 
-__all__ = ["install", "uninstall", "installed", "marker_op", "record_function_lost", "keeps_markers"]
+__all__ = ["install", "uninstall", "installed", "marker_op", "record_function_lost", "record_function_drops", "keeps_markers"]
 
 NAMESPACE = "nvtx_regions"
 
@@ -148,7 +149,9 @@ def _apply(undo: Undo) -> None:
 
     marker_op()
     torch_markers = {torch_nvtx.range_push: _traced_push, torch_nvtx.range_pop: _traced_pop, torch_nvtx.range: _traced_range}
-    handle_markers(undo, {**torch_markers, **_nvtx_stand_ins()}, keeps_markers)
+    met = {torch.autograd.profiler.record_function: _record_function_met}  # torch.profiler's too: the same class
+    handle_markers(undo, {**torch_markers, **_nvtx_stand_ins()}, keeps_markers, met)
+    undo.then(_drop_listeners.clear)
     config = torch._dynamo.config
     if hasattr(config, "capture_profiler_record_function"):
         undo.setattr(config, "capture_profiler_record_function", WHILE_KEPT)
@@ -254,6 +257,23 @@ def _traced_libnvtx_pop_range(handle: Any) -> None:
 def uninstall() -> None:
     """Put back what `install` changed."""
     installs.put_back(MARKERS)
+
+
+_drop_listeners: list[Callable[[str], None]] = []
+
+
+def record_function_drops(callback: Callable[[str], None]) -> None:
+    """Call ``callback(the function's name)`` each time Dynamo, tracing for a backend that keeps the
+    user's markers, meets a ``record_function`` that this torch drops (`record_function_lost`); once per
+    callback, however often it is passed, until `install` is put back."""
+    if callback not in _drop_listeners:
+        _drop_listeners.append(callback)
+
+
+def _record_function_met() -> None:
+    if record_function_lost() is not None:
+        for listener in list(_drop_listeners):
+            listener("torch.autograd.profiler.record_function")
 
 
 def record_function_lost() -> str | None:

@@ -14,7 +14,7 @@ from . import installs
 from .installs import Undo
 
 __all__ = [
-    "around", "backward_node", "handle_markers", "called_while_traced", "marked_outside_dynamo", "on_backward", "profiler_calls_dropped",
+    "around", "backward_node", "handle_markers", "called_while_traced", "marked_outside_dynamo", "on_backward",
     "recompile_limit_hits",
     "run_outside_dynamo", "traced_function", "traced_self", "tracing_for", "whole_frame",
 ]  # fmt: skip
@@ -76,36 +76,6 @@ def backward_node(outputs: Any) -> Any:
         if node is not None and node.name() == "CompiledFunctionBackward":
             return node
     return None
-
-
-# Per Dynamo logger: (callback, its reader) for each callback its records are read for (one filter
-# per logger, added by `_listen`).
-_watchers: dict[str, list[tuple[Callable[..., None], Callable[[Any], tuple | None]]]] = {}
-
-
-def _listen(logger: str, callback: Callable[..., None], read: Callable[[Any], tuple | None]) -> None:
-    """Call ``callback(*read(record))`` for each record of Dynamo's `logger` that `read` recognises
-    (it returns None for the others); a callback listens once, however often it is passed."""
-    import logging
-
-    watchers = _watchers.setdefault(logger, [])
-
-    def add_filter(undo: Undo) -> None:
-        def filter_record(record: logging.LogRecord) -> bool:
-            for watcher, its_read in list(watchers):
-                found = its_read(record)
-                if found is not None:
-                    watcher(*found)
-            return True  # the record is logged as it would be without us
-
-        marked = run_outside_dynamo(filter_record)
-        logging.getLogger(logger).addFilter(marked)
-        undo.then(lambda: logging.getLogger(logger).removeFilter(marked))
-        undo.then(watchers.clear)
-
-    installs.make(f"a filter on the {logger} logger", add_filter)
-    if not any(callback == known for known, _ in watchers):
-        watchers.append((callback, read))
 
 
 _limit_callbacks: list[Callable[[str, Any, str], None]] = []
@@ -176,26 +146,6 @@ def _user_function(code: Any, closure: Any) -> str:
                 code = inner
                 break
     return f"{getattr(code, 'co_qualname', code.co_name)} ({code.co_filename}:{code.co_firstlineno})"
-
-
-def profiler_calls_dropped(callback: Callable[[str], None]) -> None:
-    """Call ``callback(the profiler function)`` when Dynamo drops a ``torch.profiler`` call
-    (``record_function``, ``profile``) from the code it compiles, treating it as a null context.
-
-    Dynamo says so only in a warning of the ``torch._dynamo.variables.torch`` logger, "Profiler
-    function %s will be ignored" (2.8 for both; 2.11 and 2.14 log it for ``profile`` only, and keep
-    ``record_function`` where ``capture_profiler_record_function`` is on, which `NvtxInductor` turns
-    on). It logs it once per function and process (``warning_once``), so a drop before the first
-    callback was registered goes unheard.
-    """
-
-    def read(record: Any) -> tuple | None:
-        if record.msg == "Profiler function %s will be ignored" and record.args:
-            function = record.args[0]
-            return (f"{getattr(function, '__module__', '')}.{getattr(function, '__qualname__', function)}",)
-        return None
-
-    _listen("torch._dynamo.variables.torch", callback, read)
 
 
 def outside_compiles(put_on: Callable[[], None], take_off: Callable[[], None]) -> Callable[[], None]:
@@ -344,7 +294,9 @@ def tracing_for() -> Any:
     return backend
 
 
-def handle_markers(undo: Undo, traced: dict[Any, Callable[..., Any]], keeps: Callable[[], bool]) -> None:
+def handle_markers(
+    undo: Undo, traced: dict[Any, Callable[..., Any]], keeps: Callable[[], bool], met: dict[Any, Callable[[], None]]
+) -> None:
     """Where Dynamo traces for a backend that keeps the user's markers (`keeps()`, asked as it meets one),
     each call in the code it traces of a function or class ``f`` of another library (``torch.cuda.nvtx``'s
     and the nvtx package's markers) calls ``traced[f]`` instead, with the same arguments; for any other
@@ -359,11 +311,16 @@ def handle_markers(undo: Undo, traced: dict[Any, Callable[..., Any]], keeps: Cal
     `undo`: it looks the callee up by identity (one dict look-up per call Dynamo traces) and, for one of
     `traced` while `keeps()`, calls the stand-in's variable, made by ``SourcelessBuilder.create`` (no
     guard); for every other call it goes on as before. Calls Dynamo makes itself (a ``with``
-    statement's ``__enter__``) are not seen: a stand-in returns its own context manager."""
+    statement's ``__enter__``) are not seen: a stand-in returns its own context manager.
+
+    `met`: functions Dynamo traces as it would, ``met[f]()`` called where it meets a call of ``f``
+    while `keeps()` (``record_function``, which 2.8's Dynamo drops: heard where Dynamo traces it, not
+    from its log, which the user's log levels and handlers can silence)."""
     from torch._dynamo.symbolic_convert import InstructionTranslatorBase
     from torch._dynamo.variables.builder import SourcelessBuilder
 
-    by_id = {id(function): (function, stand_in) for function, stand_in in traced.items()}
+    by_id = {id(function): (function, stand_in, None) for function, stand_in in traced.items()}
+    by_id.update({id(function): (function, None, heard) for function, heard in met.items()})
     call = InstructionTranslatorBase.call_function
 
     @functools.wraps(call)  # its signature too, which `inductor_reaches` checks
@@ -371,7 +328,10 @@ def handle_markers(undo: Undo, traced: dict[Any, Callable[..., Any]], keeps: Cal
         callee = fn.fn if hasattr(fn, "fn") else getattr(fn, "value", None)  # as Dynamo reads it there
         found = by_id.get(id(callee))
         if found is not None and found[0] is callee and keeps():
-            fn = SourcelessBuilder.create(tx, found[1])
+            if found[2] is not None:
+                found[2]()
+            else:
+                fn = SourcelessBuilder.create(tx, found[1])
         return call(tx, fn, args, kwargs)
 
     undo.setattr(InstructionTranslatorBase, "call_function", call_function)

@@ -1,6 +1,6 @@
 """The one owner of every change nvtx_regions makes outside its own objects, and its undo log.
 
-    installs.make("a filter on torch._dynamo's logger", apply)  # apply(undo) makes the change, once
+    installs.make("the wrapped torch._dynamo.convert_frame.exceeds_recompile_limit", apply)  # apply(undo) makes the change, once
     installs.hold(handle)     # each handle, as it is made (`runtime.handle.SpecHandle.hold`)
     installs.release(handle)  # its remove(), or its garbage collection
 
@@ -12,11 +12,11 @@ traces leaves the put back to the next call here: `_collected`.)
 
 What is made, and by whom (the stand-ins' and wrappers' reasons are in their modules):
 - Dynamo's stand-ins for the markers of ``torch.cuda.nvtx`` and ``nvtx`` (its wrapped
-  ``InstructionTranslatorBase.call_function``; neither library's functions are replaced), and its ``capture_profiler_record_function`` (`compiled_markers.install`, each
-  `NvtxInductor`);
+  ``InstructionTranslatorBase.call_function``, which also hears a ``record_function`` that 2.8 drops;
+  neither library's functions are replaced), and its ``capture_profiler_record_function``
+  (`compiled_markers.install`, each `NvtxInductor`);
 - the three wrapped methods of Inductor's code generation (`inductor.install`, each compile);
-- the wrapped ``exceeds_recompile_limit`` of Dynamo (`dynamo.recompile_limit_hits`) and the filter on
-  a Dynamo logger (`dynamo.profiler_calls_dropped`), each `NvtxInductor`;
+- the wrapped ``exceeds_recompile_limit`` of Dynamo (`dynamo.recompile_limit_hits`), each `NvtxInductor`;
 - torch.optim's global step hook (`runtime.clock.start_counting`: step gates, `nvtx_regions.steps`);
 - thunder's patches (`patches.install`, each `NvtxProfileTransform`).
 
