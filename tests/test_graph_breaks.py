@@ -241,12 +241,8 @@ def test_a_torch_that_drops_record_function_is_told_when_one_is_traced_for_us_no
     from nvtx_regions.internals import compiled_markers
 
     def f(x):
-        with torch.profiler.record_function("mine"):
-            return x.sin()
-
-    def g(x):
-        with torch.autograd.profiler.record_function("also mine"):
-            return x.cos()
+        with torch.profiler.record_function("mine"):  # no op inside: no kernel for Inductor to build
+            return x.view(-1)
 
     monkeypatch.setattr(compiled_markers, "record_function_lost", lambda: "torch 2.8 has no such option")
     monkeypatch.setattr(state, "drops_said", set())
@@ -259,9 +255,9 @@ def test_a_torch_that_drops_record_function_is_told_when_one_is_traced_for_us_no
             said_before = [str(w.message) for w in seen if issubclass(w.category, NvtxRegionsWarning)]
             torch.compile(f, backend="eager")(torch.randn(2))
             said_for_others = [str(w.message) for w in seen if issubclass(w.category, NvtxRegionsWarning)]
-            torch._dynamo.reset()
-            torch.compile(f, backend=backend)(torch.randn(2))
-            torch.compile(g, backend=backend)(torch.randn(2))
+            for _ in range(2):  # traced twice for us: said once
+                torch._dynamo.reset()
+                torch.compile(f, backend=backend)(torch.randn(2))
     finally:
         torch._logging.set_logs()
         torch._dynamo.reset()
