@@ -31,7 +31,6 @@ import nvtx_regions
 from nvtx_regions import NvtxInductor, NvtxRegionsWarning
 from nvtx_regions.capture import is_attached
 from nvtx_regions.eager import annotate
-from nvtx_regions.internals import compiled_markers
 from nvtx_regions.internals import dynamo as our_dynamo
 from nvtx_regions.testing import capture, check_balanced
 
@@ -251,7 +250,7 @@ def _fullgraph_scenario():
     """What installs every kind of hook, run under fullgraph compiled calls: an eager annotation (its
     model called inside a compiled function, its hooks traced, and called as a compiled module, its
     root's hooks run in Python), `nvtx_regions.compile` (hooks for the compile step, the watch of its
-    first call, Dynamo's callbacks, the loggers), a leaf input that needs a gradient, and an optimizer
+    first call, Dynamo's callbacks), a leaf input that needs a gradient, and an optimizer
     step (the step clock), and a module given its input in a tuple (a leaf nested in an argument gets
     a tensor hook). The hooks, looked at before the backward."""
 
@@ -298,8 +297,6 @@ def test_every_hook_we_install_runs_outside_dynamo_under_fullgraph():
         warnings.simplefilter("ignore", NvtxRegionsWarning)  # the annotation's hooks traced by a plain compile
         hooks = _fullgraph_scenario()
     kinds = ["module hooks", "optimizer hooks", "Dynamo callbacks", "Dynamo's wrapped functions", "tensor hooks", "autograd node pre-hooks"]
-    if compiled_markers.record_function_lost() is not None:  # a torch that drops record_function: said from its log
-        kinds.append("logger filters")
     for kind in kinds:
         assert hooks[kind], f"the scenario installed no {kind} of ours: it proves nothing of them"
     unmarked = {kind: found for kind, found in hooks.items() for hook in found if not our_dynamo.marked_outside_dynamo(hook)}
