@@ -31,6 +31,7 @@ from . import state
 
 __all__ = ["FirstStep"]
 
+
 def _forward_of(module: Any) -> Any:
     forward = module.forward
     return getattr(forward, "__func__", forward)

@@ -54,10 +54,11 @@ from ..runtime.domain import Domain
 from ..runtime.module_ranges import DECIDE, FLUSH, HookTarget, ModuleRanges, hook_targets
 from ..selection.compile import CompiledSpec, EachRule
 from ..selection.plan import make_plan
-from .first_step import FirstStep
 from . import state
+from .first_step import FirstStep
 
 __all__ = ["OutsideCalls", "EveryModel", "above"]
+
 
 def _each_range(planned: Any, rule: Any) -> bool:
     """The planned ranges that hooks give: an ``each module``/``each class`` rule's."""

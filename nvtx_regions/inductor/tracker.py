@@ -37,11 +37,11 @@ from ..internals.frames import outside_package
 from ..runtime.ranges import name_backward, set_instance
 from ..selection.compile import CompiledSpec
 from ..selection.plan import Plan, make_plan
+from . import state
 from .check import left_out_message
 from .instances import FrameRoot, Models, instance_views, same_class
 from .kernels import KernelView
 from .outside import EveryModel, above
-from . import state
 
 if TYPE_CHECKING:
     from ..selection.unselected import RuleTally

@@ -328,10 +328,11 @@ def handle_markers(
         callee = fn.fn if hasattr(fn, "fn") else getattr(fn, "value", None)  # as Dynamo reads it there
         found = by_id.get(id(callee))
         if found is not None and found[0] is callee and keeps():
-            if found[2] is not None:
-                found[2]()
+            _, stand_in, heard = found
+            if heard is not None:
+                heard()
             else:
-                fn = SourcelessBuilder.create(tx, found[1])
+                fn = SourcelessBuilder.create(tx, stand_in)
         return call(tx, fn, args, kwargs)
 
     undo.setattr(InstructionTranslatorBase, "call_function", call_function)
